@@ -1,0 +1,29 @@
+/* Dense BF16 GEMMs through cuBLASLt, in PyTorch's Linear layout:
+ *   C[M,N] = alpha * A[M,K] · W[N,K]^T + beta * C      (all row-major)
+ * A and W are BF16; C is BF16 or F32. Algorithms come from cuBLASLt's heuristic, cached
+ * per shape. cuBLASLt is also the upper bound every hand-written dense kernel is judged
+ * against (bench-gemm). Test: tests/cuda_ops/test_gemm_lt.c (label gpu). */
+#ifndef NB_OPS_CUDA_GEMM_LT_H
+#define NB_OPS_CUDA_GEMM_LT_H
+
+#include "nibble.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct nb_cuda_gemm nb_cuda_gemm;
+
+/* workspace_bytes: cuBLASLt scratch (32 MiB is plenty on Hopper). A handle caches
+ * algorithms without locking: use one per thread. */
+nb_status nb_cuda_gemm_create(nb_cuda_gemm **out, size_t workspace_bytes);
+void nb_cuda_gemm_destroy(nb_cuda_gemm *g);
+
+/* Leading dimensions in elements (lda >= K, ldw >= K, ldc >= N). stream: a cudaStream_t. */
+nb_status nb_cuda_gemm_bf16(nb_cuda_gemm *g, void *stream, int M, int N, int K, const void *A, int lda,
+                            const void *W, int ldw, void *C, int ldc, int c_is_f32, float alpha, float beta);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
