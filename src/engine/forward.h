@@ -1,0 +1,83 @@
+/* The forward pass: each family's recipe written once over ops.h, for a batch of sequences
+ * that mixes prefill chunks and single-token decodes, reading and writing a slot-addressed
+ * KV pool. Exercised by: nibble score / nibble generate, tests/golden/, tests/model/.
+ *
+ * KV pool contract (the paged cache of src/engine builds on it):
+ * - Per layer, a pool of rows, one row per token slot, `row_floats(layer)` elements each
+ *   (float32 on CPU). A row holds the family's per-token entry:
+ *     MLA (glm_moe_dsa, deepseek_v3): [kv_lora_rank latent (after kv_a_layernorm)]
+ *                                     [qk_rope_head_dim roped k_pe]
+ *                                     [index_head_dim indexer key (roped, LayerNorm'd), only
+ *                                      when the layer computes its own DSA selection]
+ *     GQA (glm4_moe, qwen3_moe):      [K of all kv heads (normed, roped)][V of all kv heads]
+ *   The offsets are in nb_kv_layout.
+ * - A sequence's token at position p lives at row slots[p]; the caller owns the slot array
+ *   (a contiguous cache is slots[p] = base + p). The forward pass writes the rows of this
+ *   step's tokens and reads every earlier row through the same array; it never reads a row
+ *   for a position >= the token's own position + 1. */
+#ifndef NB_ENGINE_FORWARD_H
+#define NB_ENGINE_FORWARD_H
+
+#include <stdint.h>
+
+#include "format/model_config.h"
+#include "model/model.h"
+#include "nibble.h"
+#include "ops/ops.h"
+
+/* Offsets (in elements) inside one row; -1 when the layer lacks that part. */
+typedef struct nb_kv_layer_layout {
+    int64_t row_floats;
+    int64_t latent_off, kpe_off, index_off; /* MLA */
+    int64_t k_off, v_off;                   /* GQA */
+} nb_kv_layer_layout;
+
+typedef struct nb_kv_layout {
+    int n_layers;
+    nb_kv_layer_layout layer[NB_MAX_LAYERS];
+} nb_kv_layout;
+
+/* The per-token row layout of every layer for this config. */
+nb_status nb_kv_layout_for(const nb_model_config *cfg, nb_kv_layout *out);
+
+typedef struct nb_kv_pool {
+    nb_kv_layout layout;
+    int64_t n_slots;
+    nb_device device;
+    nb_dtype dtype;                 /* F32 on CPU */
+    float *layer[NB_MAX_LAYERS];    /* [n_slots, row_floats] per layer */
+} nb_kv_pool;
+
+/* Allocate a pool of n_slots rows per layer (zeroed) on the CPU. */
+nb_status nb_kv_pool_init(nb_kv_pool *pool, const nb_model_config *cfg, int64_t n_slots);
+void nb_kv_pool_free(nb_kv_pool *pool);
+/* Elements and bytes of one row of one layer; bytes summed over layers per token slot. */
+int64_t nb_kv_row_floats(const nb_kv_pool *pool, int layer);
+size_t nb_kv_row_bytes(const nb_kv_pool *pool, int layer);
+size_t nb_kv_bytes_per_slot(const nb_kv_pool *pool);
+
+/* One sequence's part of a step. */
+typedef struct nb_seq_step {
+    const int32_t *tokens;  /* this step's token ids (a prefill chunk or one decode token) */
+    int n_tokens;           /* >= 1 */
+    int start_pos;          /* position of tokens[0]; the rows of 0..start_pos-1 are in the pool */
+    const int32_t *slots;   /* rows for positions [0, start_pos + n_tokens) */
+    int all_logits;         /* 1: logits for every token of the chunk; 0: only the last */
+} nb_seq_step;
+
+typedef struct nb_batch {
+    int n_seqs;
+    const nb_seq_step *seqs;
+} nb_batch;
+
+/* Rows of logits nb_forward writes for this batch: sum over sequences of n_tokens (all_logits)
+ * or 1. */
+int nb_batch_logit_rows(const nb_batch *b);
+
+/* Run one step. Writes the KV rows of every token of the batch, then logits F32
+ * [nb_batch_logit_rows(b), vocab] in sequence order (host memory). Sequences of one batch must
+ * not share slots. Errors: NB_ERR_INVALID_ARG naming the sequence and field (token id out of
+ * range, slot out of the pool, positions beyond max_position_embeddings). */
+nb_status nb_forward(nb_model *m, nb_kv_pool *pool, const nb_batch *b, float *logits);
+
+#endif
