@@ -52,6 +52,27 @@ int nb_checkpoint_count(const nb_checkpoint *ck);
 const nb_st_tensor *nb_checkpoint_at(const nb_checkpoint *ck, int i);
 /* The folder the checkpoint was opened from (config.json etc. live there). */
 const char *nb_checkpoint_dir(const nb_checkpoint *ck);
+/* Shards in load order (file_index indexes them); 0 for a memory checkpoint. */
+int nb_checkpoint_shard_count(const nb_checkpoint *ck);
+const char *nb_checkpoint_shard_path(const nb_checkpoint *ck, int i);
+
+/* In-memory checkpoint (synthetic / random-weight models), treated exactly like a file by
+ * readers. `dir_or_null` is what nb_checkpoint_dir returns (NULL allowed). Close with
+ * nb_checkpoint_close. */
+nb_status nb_checkpoint_new_memory(nb_checkpoint **out, const char *dir_or_null);
+/* Add a tensor. `data` holds shape x dtype bytes; its ownership passes to ck (freed with
+ * free() at close) in every case, also when an error (duplicate name, bad shape) is
+ * returned. Pointers from find/at stay valid as tensors are added. */
+nb_status nb_checkpoint_add(nb_checkpoint *ck, const char *name, nb_dtype dt, int ndim, const int64_t *shape,
+                            void *data);
+
+/* Elements in a tensor (product of its shape; 1 for a scalar). */
+static inline int64_t nb_st_numel(const nb_st_tensor *t)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    return n;
+}
 
 /* Writing: stream tensors into a file whose header is known up front.
  *   nb_st_writer *w; nb_st_writer_open(&w, path, names, dtypes, shapes, ndims, n, metadata_json);
@@ -62,6 +83,10 @@ nb_status nb_st_writer_open(nb_st_writer **out, const char *path, int n, const c
                             const nb_dtype *dtypes, const int64_t (*shapes)[NB_MAX_DIMS], const int *ndims,
                             const char *metadata_json);
 nb_status nb_st_writer_write(nb_st_writer *w, const void *data, size_t nbytes);
+/* Fails (and leaves no file) when fewer bytes than declared were written. Data may be
+ * given in chunks of any size; the file is written to PATH.tmp and renamed on success. */
 nb_status nb_st_writer_close(nb_st_writer *w);
+/* Drop a writer after an error: closes and removes the partial file. */
+void nb_st_writer_abort(nb_st_writer *w);
 
 #endif
