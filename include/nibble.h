@@ -179,10 +179,10 @@ nb_sampling_params nb_sampling_default_params(void);
 
 /* -------- events delivered to the submitter -------- */
 
-typedef enum nb_event_type {
+typedef enum nb_engine_event_type {
     NB_EVENT_TOKENS = 0,      /* new tokens for one choice */
     NB_EVENT_FINISH           /* one choice finished (after its last TOKENS event) */
-} nb_event_type;
+} nb_engine_event_type;
 
 typedef enum nb_finish_reason {
     NB_FINISH_NONE = 0,
@@ -196,8 +196,8 @@ typedef struct nb_token_logprob {
     float logprob;
 } nb_token_logprob;
 
-typedef struct nb_event {
-    nb_event_type type;
+typedef struct nb_engine_event {
+    nb_engine_event_type type;
     uint64_t request_id;
     int index;                        /* choice 0..n-1 */
     /* NB_EVENT_TOKENS (pointers valid only during the callback) */
@@ -219,11 +219,11 @@ typedef struct nb_event {
     int completion_tokens;
     int last;                         /* 1 on the final event of the whole request (every
                                          choice finished): no callback follows it */
-} nb_event;
+} nb_engine_event;
 
 /* Called on the engine thread, one event at a time, in order per request. It must return
  * quickly and must not call nb_engine_destroy; it may call nb_engine_submit/abort. */
-typedef void (*nb_event_fn)(const nb_event *ev, void *user);
+typedef void (*nb_engine_event_fn)(const nb_engine_event *ev, void *user);
 
 /* Queue a request: prompt ids (copied), sampling params (copied, with their arrays and
  * strings), a callback and its user pointer. On NB_OK *request_id (if not NULL) is the
@@ -235,7 +235,7 @@ typedef void (*nb_event_fn)(const nb_event *ev, void *user);
  * NB_ERR_BUSY: max_queued_requests requests are already waiting.
  * NB_ERR_ABORTED: the engine is shutting down or has failed. */
 nb_status nb_engine_submit(nb_engine *e, const int32_t *prompt, int prompt_len,
-                           const nb_sampling_params *sp, nb_event_fn fn, void *user,
+                           const nb_sampling_params *sp, nb_engine_event_fn fn, void *user,
                            uint64_t *request_id);
 
 /* Abort a request at whatever stage it is (waiting, prefilling, decoding, preempted):
