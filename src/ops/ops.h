@@ -148,8 +148,7 @@ nb_status nb_op_rope(nb_ops_ctx *ctx, nb_tensor *x, const int32_t *pos, const nb
 nb_status nb_op_linear(nb_ops_ctx *ctx, const nb_tensor *x, const nb_weight *w, nb_tensor *y);
 
 /* SwiGLU MLP: out = down(silu(gate(x)) * up(x)). x: F32 [T, hidden], out: F32 [T, hidden]
- * (out must not alias x). `scale` multiplies the result (1 for a plain MLP). If accumulate,
- * out += result; else out = result. */
+ * (out must not alias x). If accumulate, out += result; else out = result. */
 nb_status nb_op_mlp(nb_ops_ctx *ctx, const nb_tensor *x, const nb_weight *gate, const nb_weight *up,
                     const nb_weight *down, int accumulate, nb_tensor *out);
 

@@ -1,0 +1,166 @@
+/* ops.h plumbing: tensor views, contexts with scratch memory, and the dispatch of each
+ * nb_op_<op> to its backend (CPU here; a CUDA context answers NB_ERR_UNSUPPORTED until the
+ * CUDA backend registers its ops in this file). Exercised by tests/ops/. */
+#include "ops/ops.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "ops/cpu/cpu_ops.h"
+
+static nb_tensor tensor_nd(void *data, nb_dtype dt, int ndim, const int64_t *shape)
+{
+    nb_tensor t;
+    memset(&t, 0, sizeof t);
+    t.data = data;
+    t.dtype = dt;
+    t.ndim = ndim;
+    t.device = NB_DEVICE_CPU;
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        t.shape[i] = shape[i];
+        t.stride[i] = s;
+        s *= shape[i];
+    }
+    return t;
+}
+
+nb_tensor nb_tensor_1d(void *data, nb_dtype dt, int64_t n0) { return tensor_nd(data, dt, 1, (int64_t[]){n0}); }
+nb_tensor nb_tensor_2d(void *data, nb_dtype dt, int64_t n0, int64_t n1)
+{
+    return tensor_nd(data, dt, 2, (int64_t[]){n0, n1});
+}
+nb_tensor nb_tensor_3d(void *data, nb_dtype dt, int64_t n0, int64_t n1, int64_t n2)
+{
+    return tensor_nd(data, dt, 3, (int64_t[]){n0, n1, n2});
+}
+
+int64_t nb_tensor_numel(const nb_tensor *t)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    return n;
+}
+
+int nb_tensor_is_contiguous(const nb_tensor *t)
+{
+    int64_t s = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] != 1 && t->stride[i] != s) return 0;
+        s *= t->shape[i];
+    }
+    return 1;
+}
+
+nb_status nb_ops_ctx_new_cpu(int n_threads, nb_ops_ctx **out)
+{
+    *out = NULL;
+    if (n_threads < 0 || n_threads > 256) return nb_error(NB_ERR_INVALID_ARG, "ops: n_threads %d out of range", n_threads);
+    if (n_threads == 0) {
+        long nc = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = nc > 0 ? (int)NB_MIN(nc, 64) : 1;
+    }
+    nb_ops_ctx *c = calloc(1, sizeof *c);
+    if (!c) return nb_error(NB_ERR_OUT_OF_MEMORY, "ops: context");
+    c->device = NB_DEVICE_CPU;
+    c->n_threads = n_threads;
+    *out = c;
+    return NB_OK;
+}
+
+void nb_ops_ctx_free(nb_ops_ctx *ctx)
+{
+    if (!ctx) return;
+    for (int i = 0; i < NB_OPS_SCRATCH_SLOTS; i++) free(ctx->scratch[i]);
+    free(ctx);
+}
+
+nb_device nb_ops_ctx_device(const nb_ops_ctx *ctx) { return ctx->device; }
+
+void *nb_ops_scratch(nb_ops_ctx *ctx, int slot, size_t bytes)
+{
+    NB_ASSERT(slot >= 0 && slot < NB_OPS_SCRATCH_SLOTS);
+    if (bytes == 0) bytes = 1;
+    if (ctx->scratch_size[slot] < bytes) {
+        /* Grow geometrically so a sequence of slightly larger requests does not realloc each time. */
+        size_t want = NB_MAX(bytes, ctx->scratch_size[slot] + ctx->scratch_size[slot] / 2);
+        void *p = aligned_alloc(64, (want + 63) / 64 * 64);
+        if (!p) {
+            nb_error(NB_ERR_OUT_OF_MEMORY, "ops: scratch slot %d: %zu bytes", slot, want);
+            return NULL;
+        }
+        free(ctx->scratch[slot]);
+        ctx->scratch[slot] = p;
+        ctx->scratch_size[slot] = want;
+    }
+    return ctx->scratch[slot];
+}
+
+/* Each op refuses a context of another backend than the ones compiled in. */
+#define NB_DISPATCH(op, call)                                                                  \
+    do {                                                                                       \
+        if (ctx->device == NB_DEVICE_CPU) return nb_cpu_##call;                                \
+        return nb_error(NB_ERR_UNSUPPORTED, "%s: no implementation for this device", op);      \
+    } while (0)
+
+nb_status nb_op_embedding(nb_ops_ctx *ctx, const nb_weight *table, const int32_t *ids, int n, nb_tensor *out)
+{
+    NB_DISPATCH("embedding", embedding(ctx, table, ids, n, out));
+}
+nb_status nb_op_rmsnorm(nb_ops_ctx *ctx, const nb_tensor *x, const float *weight, float eps, nb_tensor *out)
+{
+    NB_DISPATCH("rmsnorm", rmsnorm(ctx, x, weight, eps, out));
+}
+nb_status nb_op_add_rmsnorm(nb_ops_ctx *ctx, const nb_tensor *x, nb_tensor *residual, const float *weight, float eps,
+                            nb_tensor *out)
+{
+    NB_DISPATCH("add_rmsnorm", add_rmsnorm(ctx, x, residual, weight, eps, out));
+}
+nb_status nb_op_layernorm(nb_ops_ctx *ctx, const nb_tensor *x, const float *weight, const float *bias, float eps,
+                          nb_tensor *out)
+{
+    NB_DISPATCH("layernorm", layernorm(ctx, x, weight, bias, eps, out));
+}
+nb_status nb_op_add(nb_ops_ctx *ctx, const nb_tensor *x, nb_tensor *y) { NB_DISPATCH("add", add(ctx, x, y)); }
+nb_status nb_op_rope(nb_ops_ctx *ctx, nb_tensor *x, const int32_t *pos, const nb_rope *rope)
+{
+    NB_DISPATCH("rope", rope(ctx, x, pos, rope));
+}
+nb_status nb_op_linear(nb_ops_ctx *ctx, const nb_tensor *x, const nb_weight *w, nb_tensor *y)
+{
+    NB_DISPATCH("linear", linear(ctx, x, w, y));
+}
+nb_status nb_op_mlp(nb_ops_ctx *ctx, const nb_tensor *x, const nb_weight *gate, const nb_weight *up,
+                    const nb_weight *down, int accumulate, nb_tensor *out)
+{
+    NB_DISPATCH("mlp", mlp(ctx, x, gate, up, down, accumulate, out));
+}
+nb_status nb_op_attention(nb_ops_ctx *ctx, const nb_tensor *q, const nb_tensor *k_pool, const nb_tensor *v_pool,
+                          const nb_attn_index *idx, const nb_attn_select *sel, float scale, nb_tensor *out)
+{
+    NB_DISPATCH("attention", attention(ctx, q, k_pool, v_pool, idx, sel, scale, out));
+}
+nb_status nb_op_mla_attention(nb_ops_ctx *ctx, nb_mla_mode mode, const nb_mla_dims *d, const nb_tensor *q,
+                              const nb_tensor *latent_pool, const nb_tensor *kpe_pool, const nb_weight *kv_b,
+                              const nb_attn_index *idx, const nb_attn_select *sel, float scale, nb_tensor *out)
+{
+    NB_DISPATCH("mla_attention", mla_attention(ctx, mode, d, q, latent_pool, kpe_pool, kv_b, idx, sel, scale, out));
+}
+nb_status nb_op_dsa_select(nb_ops_ctx *ctx, const nb_tensor *q, const nb_tensor *w, float softmax_scale,
+                           const nb_tensor *key_pool, const nb_attn_index *idx, int topk, int32_t *sel_pos,
+                           int32_t *sel_count)
+{
+    NB_DISPATCH("dsa_select", dsa_select(ctx, q, w, softmax_scale, key_pool, idx, topk, sel_pos, sel_count));
+}
+nb_status nb_op_moe_route(nb_ops_ctx *ctx, const nb_tensor *logits, const nb_router_params *p, nb_tensor *ids,
+                          nb_tensor *weights)
+{
+    NB_DISPATCH("moe_route", moe_route(ctx, logits, p, ids, weights));
+}
+nb_status nb_op_moe_experts(nb_ops_ctx *ctx, const nb_tensor *x, const nb_tensor *ids, const nb_tensor *weights,
+                            const nb_moe_weights *w, int accumulate, nb_tensor *out)
+{
+    NB_DISPATCH("moe_experts", moe_experts(ctx, x, ids, weights, w, accumulate, out));
+}
