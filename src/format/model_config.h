@@ -105,9 +105,15 @@ typedef struct nb_model_config {
     int pad_id;                   /* -1 when none */
 
     nb_quant_config quant;        /* NB_QUANT_NONE for plain checkpoints */
+
+    /* Added by the format layer (informational; not part of the forward pass): */
+    int num_nextn_predict_layers; /* MTP layers stored after the decoder layers (GLM, DeepSeek); 0 if none */
+    int n_moe_layers;             /* count of layer_is_moe */
 } nb_model_config;
 
-/* Read DIR/config.json (and DIR/hf_quant_config.json when present). */
+/* Read DIR/config.json (and DIR/hf_quant_config.json when present). eos ids listed in
+ * DIR/generation_config.json are merged in (real checkpoints list the chat stop tokens
+ * there). The struct owns heap memory (quant.exclude): copies share it; free once. */
 nb_status nb_model_config_load(const char *dir, nb_model_config *cfg);
 /* Parse config.json text (for tests and synthetic models); `what` names it in errors. */
 nb_status nb_model_config_parse(const char *what, const char *json, nb_model_config *cfg);
