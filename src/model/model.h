@@ -64,6 +64,8 @@ typedef struct nb_model {
     nb_rope rope;             /* main attention */
     nb_rope index_rope;       /* DSA indexer (half-split) */
     float attn_scale;         /* softmax scale of the main attention */
+    float latent_norm_eps;    /* q_a_layernorm / kv_a_layernorm eps (HF: the RMSNorm default 1e-6) */
+    nb_router_params router;  /* routing of every MoE layer (correction_bias set per layer) */
     void *owned;              /* f32 copies, freed with the model */
     size_t n_owned, cap_owned;
 } nb_model;

@@ -1,0 +1,321 @@
+/* The forward pass (engine/forward.h): every family's recipe written once over ops.h.
+ *   h = embed(ids)
+ *   per layer: a = rmsnorm(h); h += attention(a); a = rmsnorm(h); h += mlp_or_moe(a)
+ *   logits = lm_head(rmsnorm(h)) for the rows asked for
+ * Attention is MLA (+ DSA selection) or GQA over the slot-addressed KV pool; the batch's
+ * tokens of all sequences go through every op together, each token carrying its position
+ * and its sequence's slot array. Exercised by nibble score / generate, tests/golden and
+ * tests/model/test_forward_props.c. */
+#include "engine/forward.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/log.h"
+
+/* Per-step buffers, carved from one allocation. */
+typedef struct fwd_bufs {
+    void *block;
+    size_t used, cap;
+} fwd_bufs;
+
+static float *take(fwd_bufs *b, int64_t n)
+{
+    size_t bytes = ((size_t)n * sizeof(float) + 63) / 64 * 64;
+    NB_ASSERT(b->used + bytes <= b->cap);
+    float *p = (float *)((char *)b->block + b->used);
+    b->used += bytes;
+    return p;
+}
+
+typedef struct fwd {
+    nb_model *m;
+    nb_kv_pool *pool;
+    int T;
+    int32_t *ids, *pos, *slot_base, *slot_table, *rows; /* rows[t]: pool row of token t */
+    nb_attn_index idx;
+    /* DSA selection of the latest layer that computed one (shared layers reuse it). */
+    int32_t *sel_pos, *sel_count;
+    int have_sel;
+    float *h, *a, *o, *q, *qa, *kva, *att, *k, *v, *qi, *ki, *wi, *rlog, *rw;
+    int32_t *rid;
+} fwd;
+
+static nb_tensor t2(float *p, int64_t r, int64_t c) { return nb_tensor_2d(p, NB_DTYPE_F32, r, c); }
+static nb_tensor t3(float *p, int64_t a, int64_t b, int64_t c) { return nb_tensor_3d(p, NB_DTYPE_F32, a, b, c); }
+
+/* A view of `width` floats at `off` in each row of a layer's pool: [n_slots, width]. */
+static nb_tensor pool_view(const fwd *f, int l, int64_t off, int64_t width)
+{
+    nb_tensor t = t2(f->pool->layer[l] + off, f->pool->n_slots, width);
+    t.stride[0] = f->pool->layout.layer[l].row_floats;
+    return t;
+}
+
+/* Copy per-token rows src [T, width] (row stride lds) into the pool at `off`. */
+static void pool_write(fwd *f, int l, int64_t off, const float *src, int64_t lds, int64_t width)
+{
+    const int64_t rf = f->pool->layout.layer[l].row_floats;
+    for (int t = 0; t < f->T; t++)
+        memcpy(f->pool->layer[l] + (int64_t)f->rows[t] * rf + off, src + (int64_t)t * lds, (size_t)width * sizeof(float));
+}
+
+static nb_status linear(fwd *f, const float *x, int64_t ldx, int64_t k, const nb_weight *w, float *y)
+{
+    nb_tensor xt = t2((float *)x, f->T, k);
+    xt.stride[0] = ldx;
+    nb_tensor yt = t2(y, f->T, w->n);
+    return nb_op_linear(f->m->ops, &xt, w, &yt);
+}
+
+static nb_status mla_layer(fwd *f, int l)
+{
+    nb_model *m = f->m;
+    const nb_model_config *c = &m->cfg;
+    const nb_layer *L = &m->layers[l];
+    nb_ops_ctx *ops = m->ops;
+    const int T = f->T, nh = c->num_heads, nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim;
+    const int r = c->kv_lora_rank, qk = nope + rope, H = c->hidden_size;
+    const nb_kv_layer_layout *lay = &f->pool->layout.layer[l];
+
+    /* queries */
+    if (c->q_lora_rank > 0) {
+        NB_TRY(linear(f, f->a, H, H, &L->q_a_proj, f->qa));
+        nb_tensor qa = t2(f->qa, T, c->q_lora_rank);
+        NB_TRY(nb_op_rmsnorm(ops, &qa, L->q_a_norm, m->latent_norm_eps, &qa));
+        NB_TRY(linear(f, f->qa, c->q_lora_rank, c->q_lora_rank, &L->q_b_proj, f->q));
+    } else {
+        NB_TRY(linear(f, f->a, H, H, &L->q_proj, f->q));
+    }
+    nb_tensor q_pe = t3(f->q + nope, T, nh, qk);
+    q_pe.stride[0] = (int64_t)nh * qk;
+    q_pe.stride[1] = qk;
+    q_pe.shape[2] = rope;
+    NB_TRY(nb_op_rope(ops, &q_pe, f->pos, &m->rope));
+
+    /* compressed KV: normalized latent and roped k_pe go to the pool */
+    NB_TRY(linear(f, f->a, H, H, &L->kv_a_proj, f->kva));
+    nb_tensor lat = t2(f->kva, T, r);
+    lat.stride[0] = r + rope;
+    NB_TRY(nb_op_rmsnorm(ops, &lat, L->kv_a_norm, m->latent_norm_eps, &lat));
+    nb_tensor kpe = t3(f->kva + r, T, 1, rope);
+    kpe.stride[0] = r + rope;
+    NB_TRY(nb_op_rope(ops, &kpe, f->pos, &m->rope));
+    pool_write(f, l, lay->latent_off, f->kva, r + rope, r + rope); /* latent and k_pe are adjacent */
+
+    /* DSA selection */
+    const nb_attn_select *selp = NULL;
+    nb_attn_select sel;
+    if (L->has_indexer) {
+        const int ih = c->index_n_heads, id = c->index_head_dim;
+        NB_TRY(linear(f, f->qa, c->q_lora_rank, c->q_lora_rank, &L->idx_wq_b, f->qi));
+        nb_tensor qi_rot = t3(f->qi, T, ih, id);
+        qi_rot.shape[2] = rope;
+        NB_TRY(nb_op_rope(ops, &qi_rot, f->pos, &m->index_rope));
+        NB_TRY(linear(f, f->a, H, H, &L->idx_wk, f->ki));
+        nb_tensor ki = t2(f->ki, T, id);
+        NB_TRY(nb_op_layernorm(ops, &ki, L->idx_k_norm_w, L->idx_k_norm_b, 1e-6f, &ki));
+        nb_tensor ki_rot = t3(f->ki, T, 1, rope);
+        ki_rot.stride[0] = id;
+        NB_TRY(nb_op_rope(ops, &ki_rot, f->pos, &m->index_rope));
+        pool_write(f, l, lay->index_off, f->ki, id, id);
+        NB_TRY(linear(f, f->a, H, H, &L->idx_weights_proj, f->wi));
+        const float wscale = 1.0f / sqrtf((float)ih);
+        for (int64_t i = 0; i < (int64_t)T * ih; i++) f->wi[i] *= wscale;
+        nb_tensor qit = t3(f->qi, T, ih, id), wit = t2(f->wi, T, ih);
+        nb_tensor keys = pool_view(f, l, lay->index_off, id);
+        NB_TRY(nb_op_dsa_select(ops, &qit, &wit, 1.0f / sqrtf((float)id), &keys, &f->idx, c->index_topk, f->sel_pos,
+                                f->sel_count));
+        f->have_sel = 1;
+    }
+    if (c->arch == NB_ARCH_GLM_MOE_DSA) {
+        if (!f->have_sel) return nb_error(NB_ERR_INTERNAL, "forward: layer %d shares a DSA selection none computed", l);
+        sel = (nb_attn_select){f->sel_pos, f->sel_count, c->index_topk};
+        selp = &sel;
+    }
+
+    nb_tensor qt = t3(f->q, T, nh, qk), out = t3(f->att, T, nh, c->v_head_dim);
+    nb_tensor latp = pool_view(f, l, lay->latent_off, r), kpep = pool_view(f, l, lay->kpe_off, rope);
+    nb_mla_dims d = {nh, nope, rope, c->v_head_dim, r};
+    NB_TRY(nb_op_mla_attention(ops, m->params.mla_mode, &d, &qt, &latp, &kpep, &L->kv_b_proj, &f->idx, selp,
+                               m->attn_scale, &out));
+    return linear(f, f->att, (int64_t)nh * c->v_head_dim, (int64_t)nh * c->v_head_dim, &L->o_proj, f->o);
+}
+
+static nb_status gqa_layer(fwd *f, int l)
+{
+    nb_model *m = f->m;
+    const nb_model_config *c = &m->cfg;
+    const nb_layer *L = &m->layers[l];
+    nb_ops_ctx *ops = m->ops;
+    const int T = f->T, nh = c->num_heads, nkv = c->num_kv_heads, hd = c->head_dim, H = c->hidden_size;
+    const nb_kv_layer_layout *lay = &f->pool->layout.layer[l];
+    NB_TRY(linear(f, f->a, H, H, &L->q_proj, f->q));
+    NB_TRY(linear(f, f->a, H, H, &L->k_proj, f->k));
+    NB_TRY(linear(f, f->a, H, H, &L->v_proj, f->v));
+    if (L->q_norm) {
+        nb_tensor qn = t2(f->q, (int64_t)T * nh, hd), kn = t2(f->k, (int64_t)T * nkv, hd);
+        NB_TRY(nb_op_rmsnorm(ops, &qn, L->q_norm, (float)c->rms_norm_eps, &qn));
+        NB_TRY(nb_op_rmsnorm(ops, &kn, L->k_norm, (float)c->rms_norm_eps, &kn));
+    }
+    nb_tensor qt = t3(f->q, T, nh, hd), kt = t3(f->k, T, nkv, hd);
+    NB_TRY(nb_op_rope(ops, &qt, f->pos, &m->rope));
+    NB_TRY(nb_op_rope(ops, &kt, f->pos, &m->rope));
+    pool_write(f, l, lay->k_off, f->k, (int64_t)nkv * hd, (int64_t)nkv * hd);
+    pool_write(f, l, lay->v_off, f->v, (int64_t)nkv * hd, (int64_t)nkv * hd);
+    nb_tensor kp = pool_view(f, l, lay->k_off, (int64_t)nkv * hd), vp = pool_view(f, l, lay->v_off, (int64_t)nkv * hd);
+    nb_tensor kp3 = t3(kp.data, kp.shape[0], nkv, hd), vp3 = t3(vp.data, vp.shape[0], nkv, hd);
+    kp3.stride[0] = vp3.stride[0] = kp.stride[0];
+    nb_tensor out = t3(f->att, T, nh, hd);
+    NB_TRY(nb_op_attention(ops, &qt, &kp3, &vp3, &f->idx, NULL, m->attn_scale, &out));
+    return linear(f, f->att, (int64_t)nh * hd, (int64_t)nh * hd, &L->o_proj, f->o);
+}
+
+static nb_status mlp_layer(fwd *f, int l)
+{
+    nb_model *m = f->m;
+    const nb_model_config *c = &m->cfg;
+    const nb_layer *L = &m->layers[l];
+    nb_ops_ctx *ops = m->ops;
+    const int T = f->T, H = c->hidden_size;
+    nb_tensor a = t2(f->a, T, H), o = t2(f->o, T, H);
+    if (!L->is_moe) return nb_op_mlp(ops, &a, &L->gate_proj, &L->up_proj, &L->down_proj, 0, &o);
+    const int E = c->n_routed_experts, K = c->num_experts_per_tok;
+    NB_TRY(linear(f, f->a, H, H, &L->router, f->rlog));
+    nb_router_params rp = m->router;
+    rp.correction_bias = L->router_bias;
+    nb_tensor lg = t2(f->rlog, T, E), w = t2(f->rw, T, K);
+    nb_tensor ids = nb_tensor_2d(f->rid, NB_DTYPE_I32, T, K);
+    NB_TRY(nb_op_moe_route(ops, &lg, &rp, &ids, &w));
+    nb_moe_weights mw = {E, H, c->moe_intermediate_size, L->exp_gate, L->exp_up, L->exp_down};
+    NB_TRY(nb_op_moe_experts(ops, &a, &ids, &w, &mw, 0, &o));
+    if (L->has_shared) NB_TRY(nb_op_mlp(ops, &a, &L->sh_gate, &L->sh_up, &L->sh_down, 1, &o));
+    return NB_OK;
+}
+
+static nb_status check_batch(const nb_model *m, const nb_kv_pool *pool, const nb_batch *b, int *T, int64_t *n_slots)
+{
+    const nb_model_config *c = &m->cfg;
+    if (b->n_seqs <= 0) return nb_error(NB_ERR_INVALID_ARG, "forward: empty batch");
+    if (pool->layout.n_layers != c->num_layers)
+        return nb_error(NB_ERR_INVALID_ARG, "forward: KV pool has %d layers, the model %d", pool->layout.n_layers,
+                        c->num_layers);
+    int64_t tot = 0, slots = 0;
+    for (int s = 0; s < b->n_seqs; s++) {
+        const nb_seq_step *q = &b->seqs[s];
+        if (q->n_tokens <= 0 || q->start_pos < 0)
+            return nb_error(NB_ERR_INVALID_ARG, "forward: sequence %d: n_tokens %d, start_pos %d", s, q->n_tokens,
+                            q->start_pos);
+        int64_t end = (int64_t)q->start_pos + q->n_tokens;
+        if (c->max_position_embeddings > 0 && end > c->max_position_embeddings)
+            return nb_error(NB_ERR_INVALID_ARG, "forward: sequence %d reaches position %lld, beyond max_position_embeddings %d",
+                            s, (long long)end - 1, c->max_position_embeddings);
+        for (int t = 0; t < q->n_tokens; t++)
+            if (q->tokens[t] < 0 || q->tokens[t] >= c->vocab_size)
+                return nb_error(NB_ERR_INVALID_ARG, "forward: sequence %d: token %d is id %d, outside the vocabulary of %d",
+                                s, t, q->tokens[t], c->vocab_size);
+        for (int64_t p = 0; p < end; p++)
+            if (q->slots[p] < 0 || q->slots[p] >= pool->n_slots)
+                return nb_error(NB_ERR_INVALID_ARG, "forward: sequence %d: slots[%lld] = %d outside the pool of %lld", s,
+                                (long long)p, q->slots[p], (long long)pool->n_slots);
+        tot += q->n_tokens;
+        slots += end;
+    }
+    if (tot > (1 << 24)) return nb_error(NB_ERR_INVALID_ARG, "forward: %lld tokens in one step", (long long)tot);
+    *T = (int)tot;
+    *n_slots = slots;
+    return NB_OK;
+}
+
+nb_status nb_forward(nb_model *m, nb_kv_pool *pool, const nb_batch *b, float *logits)
+{
+    const nb_model_config *c = &m->cfg;
+    int T = 0;
+    int64_t n_slots = 0;
+    NB_TRY(check_batch(m, pool, b, &T, &n_slots));
+    const int64_t H = c->hidden_size, nh = c->num_heads;
+    const int64_t qw = nh * NB_MAX(c->head_dim, c->qk_nope_head_dim + c->qk_rope_head_dim);
+    const int64_t attw = nh * NB_MAX(c->head_dim, c->v_head_dim);
+    const int64_t kvw = (int64_t)c->num_kv_heads * c->head_dim;
+    const int64_t ka = c->kv_lora_rank + c->qk_rope_head_dim;
+    const int64_t qiw = (int64_t)c->index_n_heads * c->index_head_dim;
+    const int64_t E = c->n_routed_experts, K = NB_MAX(c->num_experts_per_tok, 1), topk = NB_MAX(c->index_topk, 1);
+    const int R = nb_batch_logit_rows(b);
+    /* element counts of every buffer, in take() order below */
+    const int64_t sizes[] = {T,           T,        T,         n_slots, T,      3 * H * T, qw * T,
+                             c->q_lora_rank * (int64_t)T + 1, ka * T + 1, attw * T, kvw * T + 1, kvw * T + 1,
+                             qiw * T + 1, c->index_head_dim * (int64_t)T + 1, c->index_n_heads * (int64_t)T + 1,
+                             E * T + 1,   K * T,    K * T,     topk * T, T,      H * R};
+    fwd_bufs bufs = {0};
+    for (size_t i = 0; i < NB_ARRAY_LEN(sizes); i++) bufs.cap += ((size_t)sizes[i] * 4 + 63) / 64 * 64;
+    bufs.block = aligned_alloc(64, bufs.cap);
+    if (!bufs.block) return nb_error(NB_ERR_OUT_OF_MEMORY, "forward: %zu bytes of activations for %d tokens", bufs.cap, T);
+    fwd f = {.m = m, .pool = pool, .T = T};
+    f.ids = (int32_t *)take(&bufs, T);
+    f.pos = (int32_t *)take(&bufs, T);
+    f.slot_base = (int32_t *)take(&bufs, T);
+    f.slot_table = (int32_t *)take(&bufs, n_slots);
+    f.rows = (int32_t *)take(&bufs, T);
+    f.h = take(&bufs, 3 * H * T);
+    f.a = f.h + H * T;
+    f.o = f.a + H * T;
+    f.q = take(&bufs, qw * T);
+    f.qa = take(&bufs, c->q_lora_rank * (int64_t)T + 1);
+    f.kva = take(&bufs, ka * T + 1);
+    f.att = take(&bufs, attw * T);
+    f.k = take(&bufs, kvw * T + 1);
+    f.v = take(&bufs, kvw * T + 1);
+    f.qi = take(&bufs, qiw * T + 1);
+    f.ki = take(&bufs, c->index_head_dim * (int64_t)T + 1);
+    f.wi = take(&bufs, c->index_n_heads * (int64_t)T + 1);
+    f.rlog = take(&bufs, E * T + 1);
+    f.rw = take(&bufs, K * T);
+    f.rid = (int32_t *)take(&bufs, K * T);
+    f.sel_pos = (int32_t *)take(&bufs, topk * T);
+    f.sel_count = (int32_t *)take(&bufs, T);
+    float *final_rows = take(&bufs, H * R);
+
+    int t = 0, base = 0;
+    for (int s = 0; s < b->n_seqs; s++) {
+        const nb_seq_step *q = &b->seqs[s];
+        int end = q->start_pos + q->n_tokens;
+        memcpy(f.slot_table + base, q->slots, (size_t)end * sizeof(int32_t));
+        for (int i = 0; i < q->n_tokens; i++, t++) {
+            f.ids[t] = q->tokens[i];
+            f.pos[t] = q->start_pos + i;
+            f.slot_base[t] = base;
+            f.rows[t] = q->slots[q->start_pos + i];
+        }
+        base += end;
+    }
+    f.idx = (nb_attn_index){T, f.pos, f.slot_base, f.slot_table};
+
+    nb_ops_ctx *ops = m->ops;
+    nb_status st = NB_OK;
+    nb_tensor h = t2(f.h, T, H), a = t2(f.a, T, H), o = t2(f.o, T, H);
+    st = nb_op_embedding(ops, &m->embed, f.ids, T, &h);
+    if (st == NB_OK) st = nb_op_rmsnorm(ops, &h, m->layers[0].input_norm, (float)c->rms_norm_eps, &a);
+    for (int l = 0; l < c->num_layers && st == NB_OK; l++) {
+        st = c->attn == NB_ATTN_MLA ? mla_layer(&f, l) : gqa_layer(&f, l);
+        if (st == NB_OK) st = nb_op_add_rmsnorm(ops, &o, &h, m->layers[l].post_attn_norm, (float)c->rms_norm_eps, &a);
+        if (st == NB_OK) st = mlp_layer(&f, l);
+        const float *next = l + 1 < c->num_layers ? m->layers[l + 1].input_norm : m->final_norm;
+        if (st == NB_OK) st = nb_op_add_rmsnorm(ops, &o, &h, next, (float)c->rms_norm_eps, &a);
+        if (st != NB_OK) st = nb_error_wrap(st, "layer %d", l);
+    }
+    if (st == NB_OK) {
+        int r = 0;
+        t = 0;
+        for (int s = 0; s < b->n_seqs; s++) {
+            const nb_seq_step *q = &b->seqs[s];
+            for (int i = 0; i < q->n_tokens; i++, t++)
+                if (q->all_logits || i == q->n_tokens - 1) memcpy(final_rows + (int64_t)r++ * H, f.a + (int64_t)t * H, (size_t)H * 4);
+        }
+        nb_tensor x = t2(final_rows, R, H), y = t2(logits, R, c->vocab_size);
+        st = nb_op_linear(ops, &x, &m->lm_head, &y);
+    }
+    free(bufs.block);
+    return st;
+}
