@@ -242,8 +242,9 @@ nb_status nb_engine_submit(nb_engine *e, const int32_t *prompt, int prompt_len,
 
 /* Abort a request at whatever stage it is (waiting, prefilling, decoding, preempted):
  * within one step its KV pages are free and its remaining choices get FINISH with
- * NB_FINISH_ABORT. Thread-safe. NB_ERR_NOT_FOUND: no such live request (already
- * finished or never submitted) — harmless. */
+ * NB_FINISH_ABORT. Thread-safe; may be called from a callback. NB_OK: the abort is
+ * queued (an id that has already finished is ignored: no further event).
+ * NB_ERR_NOT_FOUND: the id was never issued by this engine. */
 nb_status nb_engine_abort(nb_engine *e, uint64_t request_id);
 
 /* -------- introspection -------- */
