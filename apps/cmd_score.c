@@ -1,0 +1,73 @@
+/* nibble score --model DIR --ids 5,17,42 --out logits.npy [--backend cpu] [--threads N]
+ * Logits at every position of one sequence, as float32 .npy [n_ids, vocab]: the command the
+ * golden checks and other tools drive. One prefill step through nb_forward. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/forward.h"
+#include "format/npy.h"
+#include "model/model.h"
+#include "model_cli.h"
+#include "nibble.h"
+
+const char nb_cmd_score_summary[] = "logits of every position of a token sequence, as a float32 .npy";
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: nibble score --model DIR --ids 5,17,42 --out logits.npy [--backend cpu] [--threads N]\n");
+    return 2;
+}
+
+int nb_cmd_score(int argc, char **argv)
+{
+    const char *model_dir = NULL, *ids_s = NULL, *out = NULL, *backend = NULL;
+    int threads = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage() - 2;
+        if (!v) return usage();
+        if (!strcmp(a, "--model")) model_dir = v;
+        else if (!strcmp(a, "--ids")) ids_s = v;
+        else if (!strcmp(a, "--out")) out = v;
+        else if (!strcmp(a, "--backend")) backend = v;
+        else if (!strcmp(a, "--threads")) threads = atoi(v);
+        else return usage();
+        i++;
+    }
+    if (!model_dir || !ids_s || !out || nb_cli_check_backend(backend)) return usage();
+    int32_t *ids;
+    int n;
+    if (nb_cli_parse_ids(ids_s, &ids, &n)) return 2;
+    nb_model_params p = nb_model_default_params();
+    p.n_threads = threads;
+    nb_model *m = NULL;
+    nb_kv_pool pool = {0};
+    float *logits = NULL;
+    int32_t *slots = malloc((size_t)n * sizeof *slots);
+    int rc = 1;
+    nb_status s = slots ? nb_model_load(model_dir, &p, &m) : NB_ERR_OUT_OF_MEMORY;
+    if (s == NB_OK) s = nb_kv_pool_init(&pool, &m->cfg, n);
+    if (s == NB_OK) {
+        logits = malloc((size_t)n * (size_t)m->cfg.vocab_size * sizeof(float));
+        if (!logits) s = NB_ERR_OUT_OF_MEMORY;
+    }
+    if (s == NB_OK) {
+        for (int i = 0; i < n; i++) slots[i] = i;
+        nb_seq_step seq = {ids, n, 0, slots, 1};
+        nb_batch b = {1, &seq};
+        s = nb_forward(m, &pool, &b, logits);
+    }
+    if (s == NB_OK) s = nb_npy_write_f32(out, logits, 2, (int64_t[]){n, m->cfg.vocab_size});
+    if (s == NB_OK)
+        rc = 0;
+    else
+        fprintf(stderr, "nibble score: %s: %s\n", nb_strerror(s), nb_last_error());
+    free(logits);
+    free(slots);
+    free(ids);
+    nb_kv_pool_free(&pool);
+    nb_model_free(m);
+    return rc;
+}
