@@ -1,8 +1,9 @@
 /* config.json → nb_model_config (format/model_config.h) for glm_moe_dsa, deepseek_v3,
- * glm4_moe and qwen3_moe. Defaults are those of HF transformers 5.2's configuration
+ * glm4_moe and qwen3_moe. Defaults are those of HF transformers 5.x's configuration
  * classes; the core dimensions have no default here (a tiny test config silently taking
  * the 671B defaults would be worse than an error). What the modeling files actually do
- * wins over what a config key claims (see rope.interleave for glm_moe_dsa).
+ * wins over what a config key claims (see rope.interleave for glm_moe_dsa). Reference:
+ * transformers 5.24, the version the tests/fixtures checkpoints were made with.
  * Exercise: build-fmt/tests/test_model_config. */
 #include "format/model_config.h"
 
@@ -145,22 +146,43 @@ static nb_status nb_cfg_layer_types(const cJSON *j, nb_model_config *c, int *fou
     return NB_OK;
 }
 
-/* indexer_types: per layer; "none", "dense", "full", false or null mean no indexer in that
- * layer, anything else (e.g. "sparse", "dsa", true) means one. All layers when absent. */
+/* DSA indexer per layer (transformers >= 5.24): indexer_types[i] "full" runs the layer's
+ * own indexer (it has indexer weights); "shared" reuses the previous full layer's top-k
+ * (no indexer weights). Absent: index_topk_pattern ("FSSF..." or a list), else the
+ * schedule full iff max(i - index_skip_topk_offset + 1, 0) % index_topk_freq == 0
+ * (defaults 2 and 1: every layer full). */
 static nb_status nb_cfg_indexer_types(const cJSON *j, nb_model_config *c, const char *what)
 {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(j, "indexer_types");
-    for (int i = 0; i < c->num_layers; i++) c->layer_has_indexer[i] = 1;
-    if (!it || cJSON_IsNull(it)) return NB_OK;
-    if (!cJSON_IsArray(it) || cJSON_GetArraySize(it) != c->num_layers)
-        return nb_error(NB_ERR_FORMAT, "%s: 'indexer_types' must list one entry per layer (%d)", what, c->num_layers);
-    int i = 0;
-    for (const cJSON *e = it->child; e; e = e->next, i++) {
-        const char *s = cJSON_GetStringValue(e);
-        int none = cJSON_IsNull(e) || cJSON_IsFalse(e) ||
-                   (s && (!strcmp(s, "none") || !strcmp(s, "dense") || !strcmp(s, "full")));
-        c->layer_has_indexer[i] = !none;
+    const cJSON *pat = cJSON_GetObjectItemCaseSensitive(j, "index_topk_pattern");
+    if (it && !cJSON_IsNull(it)) {
+        if (!cJSON_IsArray(it) || cJSON_GetArraySize(it) != c->num_layers)
+            return nb_error(NB_ERR_FORMAT, "%s: 'indexer_types' must list one entry per layer (%d)", what, c->num_layers);
+        int i = 0;
+        for (const cJSON *e = it->child; e; e = e->next, i++) {
+            const char *s = cJSON_GetStringValue(e);
+            if (s && !strcmp(s, "full")) c->layer_has_indexer[i] = 1;
+            else if (s && !strcmp(s, "shared")) c->layer_has_indexer[i] = 0;
+            else return nb_error(NB_ERR_FORMAT, "%s: indexer_types[%d] must be \"full\" or \"shared\"", what, i);
+        }
+    } else if (cJSON_IsString(pat)) {
+        const char *p = pat->valuestring;
+        if ((int)strlen(p) != c->num_layers)
+            return nb_error(NB_ERR_FORMAT, "%s: 'index_topk_pattern' must have one letter per layer (%d)", what, c->num_layers);
+        for (int i = 0; i < c->num_layers; i++) {
+            if (p[i] != 'F' && p[i] != 'S')
+                return nb_error(NB_ERR_FORMAT, "%s: index_topk_pattern[%d] must be F or S", what, i);
+            c->layer_has_indexer[i] = p[i] == 'F';
+        }
+    } else {
+        int freq, off;
+        NB_TRY(nb_cfg_opt(j, "index_topk_freq", 1, -(1 << 20), 1 << 20, &freq, what));
+        NB_TRY(nb_cfg_opt(j, "index_skip_topk_offset", 2, -(1 << 20), 1 << 20, &off, what));
+        if (freq < 1) freq = 1;
+        for (int i = 0; i < c->num_layers; i++) c->layer_has_indexer[i] = NB_MAX(i - off + 1, 0) % freq == 0;
     }
+    if (c->num_layers > 0 && !c->layer_has_indexer[0])
+        return nb_error(NB_ERR_FORMAT, "%s: layer 0's indexer is \"shared\" but no earlier layer runs one", what);
     return NB_OK;
 }
 
@@ -168,7 +190,12 @@ static nb_status nb_cfg_moe(const cJSON *j, nb_model_config *c, const char *what
 {
     const nb_arch a = c->arch;
     const int qwen = a == NB_ARCH_QWEN3_MOE;
-    NB_TRY(nb_cfg_req(j, qwen ? "num_experts" : "n_routed_experts", 1, 1 << 16, &c->n_routed_experts, what));
+    /* the expert count under its family name or an alias transformers maps onto it */
+    const char *ekey = qwen ? "num_experts" : "n_routed_experts";
+    static const char *const alias[] = {"num_local_experts", "num_experts", "n_routed_experts"};
+    for (size_t i = 0; i < NB_ARRAY_LEN(alias) && !cJSON_GetObjectItemCaseSensitive(j, ekey); i++)
+        if (cJSON_GetObjectItemCaseSensitive(j, alias[i])) ekey = alias[i];
+    NB_TRY(nb_cfg_req(j, ekey, 1, 1 << 16, &c->n_routed_experts, what));
     NB_TRY(nb_cfg_req(j, "num_experts_per_tok", 1, c->n_routed_experts, &c->num_experts_per_tok, what));
     NB_TRY(nb_cfg_req(j, "moe_intermediate_size", 1, 1 << 24, &c->moe_intermediate_size, what));
     NB_TRY(nb_cfg_opt(j, "n_shared_experts", qwen ? 0 : 1, 0, 64, &c->n_shared_experts, what));
@@ -271,7 +298,9 @@ static nb_status nb_cfg_parse_tree(const char *what, const cJSON *j, nb_model_co
     if (!(c->rms_norm_eps > 0)) return nb_error(NB_ERR_FORMAT, "%s: rms_norm_eps must be positive", what);
     NB_TRY(nb_json_bool(j, "tie_word_embeddings", 0, &c->tie_word_embeddings, what, NULL));
     NB_TRY(nb_json_bool(j, "attention_bias", 0, &c->attention_bias, what, NULL));
-    NB_TRY(nb_cfg_opt(j, "num_nextn_predict_layers", 0, 0, 64, &c->num_nextn_predict_layers, what));
+    /* num_nextn_predict_layers (checkpoints) or num_mtp_layers (transformers >= 5.24) */
+    NB_TRY(nb_cfg_opt(j, "num_mtp_layers", 0, 0, 64, &c->num_nextn_predict_layers, what));
+    NB_TRY(nb_cfg_opt(j, "num_nextn_predict_layers", c->num_nextn_predict_layers, 0, 64, &c->num_nextn_predict_layers, what));
 
     if (mla) {
         NB_TRY(nb_cfg_opt(j, "q_lora_rank", 0, 0, 1 << 20, &c->q_lora_rank, what)); /* null: plain q_proj */
@@ -283,11 +312,11 @@ static nb_status nb_cfg_parse_tree(const char *what, const cJSON *j, nb_model_co
         c->head_dim = c->qk_nope_head_dim + c->qk_rope_head_dim;
         NB_TRY(nb_cfg_rope(j, c, c->qk_rope_head_dim, 1.0, what));
         /* DeepSeek-V3: HF applies the interleaved (pairwise) layout when rope_interleave
-         * (default true). GLM-5: transformers 5.2's modeling_glm_moe_dsa ignores the key
-         * and rotates halves (rotate_half) in attention and indexer alike; the HF fixtures
-         * follow the code, so do we. */
+         * (default true). GLM-5: transformers 5.24 (the fixtures' version) always rotates
+         * interleaved pairs, in attention and indexer alike, whatever rope_interleave
+         * says (5.2 rotated halves: a reference bug it fixed). */
         if (a == NB_ARCH_DEEPSEEK_V3) NB_TRY(nb_json_bool(j, "rope_interleave", 1, &c->rope.interleave, what, NULL));
-        else c->rope.interleave = 0;
+        else c->rope.interleave = 1;
     } else {
         NB_TRY(nb_cfg_opt(j, "num_key_value_heads", c->num_heads, 1, c->num_heads, &c->num_kv_heads, what));
         if (c->num_heads % c->num_kv_heads)

@@ -95,7 +95,10 @@ typedef struct nb_model_config {
     int index_n_heads;
     int index_head_dim;
     int index_topk;
-    uint8_t layer_has_indexer[NB_MAX_LAYERS]; /* from indexer_types; all layers when absent */
+    uint8_t layer_has_indexer[NB_MAX_LAYERS]; /* glm_moe_dsa: 1 = "full" (own indexer weights, computes
+                                                 its top-k), 0 = "shared" (reuses the previous full
+                                                 layer's top-k); from indexer_types / index_topk_pattern /
+                                                 index_topk_freq; all 1 when absent. 0 for other archs. */
 
     nb_rope_config rope;
 

@@ -10,6 +10,7 @@
 
 #include "base/file.h"
 #include "format/model_config.h"
+#include "format/safetensors.h"
 
 static char *slurp(const char *name)
 {
@@ -62,7 +63,7 @@ static void test_glm5(void)
         NB_CHECK(c.layer_has_indexer[i]);
     }
     NB_CHECK(c.n_moe_layers == 75 && c.num_nextn_predict_layers == 1);
-    NB_CHECK(c.rope.type == NB_ROPE_DEFAULT && c.rope.theta == 1e6 && c.rope.rotary_dim == 64 && c.rope.interleave == 0);
+    NB_CHECK(c.rope.type == NB_ROPE_DEFAULT && c.rope.theta == 1e6 && c.rope.rotary_dim == 64 && c.rope.interleave == 1);
     NB_CHECK(c.n_eos == 3 && c.eos_ids[0] == 154820 && c.eos_ids[2] == 154829 && c.bos_id == 0 && c.pad_id == 154820);
     NB_CHECK(c.rms_norm_eps == 1e-5 && !c.tie_word_embeddings && c.quant.algo == NB_QUANT_NONE);
     /* GLM-5 is announced as a ~744B-parameter model (the MTP layer not counted here) */
@@ -74,7 +75,7 @@ static void test_glm5(void)
     char types[78 * 10 + 8] = "[", ind[78 * 10 + 8] = "[";
     for (int i = 0; i < 78; i++) {
         strcat(types, i % 2 ? "\"sparse\"" : "\"dense\"");
-        strcat(ind, i < 4 ? "\"full\"" : "\"sparse\"");
+        strcat(ind, i % 3 == 0 ? "\"full\"" : "\"shared\"");
         strcat(types, i < 77 ? "," : "]");
         strcat(ind, i < 77 ? "," : "]");
     }
@@ -83,7 +84,20 @@ static void test_glm5(void)
     NB_CHECK(c.n_moe_layers == 39);
     nb_model_config_free(&c);
     NB_CHECK_OK(parse_with("glm5_config.json", "indexer_types", ind, &c));
-    for (int i = 0; i < 78; i++) NB_CHECK(c.layer_has_indexer[i] == (i >= 4));
+    for (int i = 0; i < 78; i++) NB_CHECK(c.layer_has_indexer[i] == (i % 3 == 0));
+    nb_model_config_free(&c);
+    NB_CHECK_STATUS(parse_with("glm5_config.json", "indexer_types", types, &c), NB_ERR_FORMAT);
+    /* the schedule without a list: full iff max(i - offset + 1, 0) % freq == 0 */
+    NB_CHECK_OK(parse_with("glm5_config.json", "index_topk_freq", "4", &c));
+    for (int i = 0; i < 78; i++) NB_CHECK(c.layer_has_indexer[i] == (i <= 1 || (i - 1) % 4 == 0));
+    nb_model_config_free(&c);
+    char pat[80];
+    for (int i = 0; i < 78; i++) pat[i] = i % 2 ? 'S' : 'F';
+    pat[78] = 0;
+    char quoted[90];
+    snprintf(quoted, sizeof quoted, "\"%s\"", pat);
+    NB_CHECK_OK(parse_with("glm5_config.json", "index_topk_pattern", quoted, &c));
+    for (int i = 0; i < 78; i++) NB_CHECK(c.layer_has_indexer[i] == !(i % 2));
     nb_model_config_free(&c);
     NB_CHECK_STATUS(parse_with("glm5_config.json", "mlp_layer_types", "[\"dense\"]", &c), NB_ERR_FORMAT);
     NB_CHECK(strstr(nb_last_error(), "mlp_layer_types") != NULL);
@@ -268,7 +282,49 @@ static void test_quant(void)
     rmdir(dir);
 }
 
+/* The fixture checkpoints (tests/fixtures/<family>/, made by HF transformers): the parameter
+ * count from config.json equals the elements in the file, and the per-layer MoE / indexer
+ * flags match the tensors present. */
+static void test_fixtures(void)
+{
+    static const char *const fams[] = {"glm_moe_dsa", "deepseek_v3", "glm4_moe", "qwen3_moe"};
+    int seen = 0;
+    for (size_t f = 0; f < NB_ARRAY_LEN(fams); f++) {
+        char dir[256], path[300];
+        snprintf(dir, sizeof dir, "tests/fixtures/%s", fams[f]);
+        if (!nb_path_exists(nb_path_join(path, sizeof path, dir, "model.safetensors"))) continue;
+        seen++;
+        nb_model_config c;
+        nb_checkpoint *ck;
+        NB_CHECK_OK(nb_model_config_load(dir, &c));
+        NB_CHECK_OK(nb_checkpoint_open(dir, &ck));
+        if (!ck) continue;
+        NB_CHECK(!strcmp(c.model_type, fams[f]));
+        int64_t total = 0;
+        for (int i = 0; i < nb_checkpoint_count(ck); i++) {
+            const nb_st_tensor *t = nb_checkpoint_at(ck, i);
+            int layer = -1;
+            if (sscanf(t->name, "model.layers.%d.", &layer) == 1 && layer >= c.num_layers) continue; /* MTP */
+            total += nb_st_numel(t);
+        }
+        int64_t want = nb_model_config_param_count(&c);
+        NB_CHECK_MSG(total == want, "%s: checkpoint holds %lld parameters, config says %lld", fams[f], (long long)total,
+                     (long long)want);
+        for (int l = 0; l < c.num_layers; l++) {
+            char n[128];
+            snprintf(n, sizeof n, "model.layers.%d.mlp.gate.weight", l);
+            NB_CHECK_MSG((nb_checkpoint_find(ck, n) != NULL) == c.layer_is_moe[l], "%s layer %d moe", fams[f], l);
+            snprintf(n, sizeof n, "model.layers.%d.self_attn.indexer.wk.weight", l);
+            NB_CHECK_MSG((nb_checkpoint_find(ck, n) != NULL) == c.layer_has_indexer[l], "%s layer %d indexer", fams[f], l);
+        }
+        nb_checkpoint_close(ck);
+        nb_model_config_free(&c);
+    }
+    if (!seen) nb_test_skip("no tests/fixtures/*/model.safetensors");
+}
+
 static const nb_test tests[] = {
+    {"fixtures", test_fixtures},
     {"glm5", test_glm5},         {"deepseek_v3", test_deepseek_v3}, {"glm4_moe", test_glm4_moe},
     {"qwen3_moe", test_qwen3_moe}, {"errors", test_errors},         {"quant", test_quant},
 };
