@@ -393,43 +393,54 @@ nb_status nb_model_config_load(const char *dir, nb_model_config *cfg)
     return s;
 }
 
-int64_t nb_model_config_param_count(const nb_model_config *c)
+void nb_model_config_param_breakdown(const nb_model_config *c, int64_t out[NB_ROLE_COUNT])
 {
     const int64_t H = c->hidden_size, V = c->vocab_size;
-    int64_t n = V * H + H; /* embeddings, final norm */
-    if (!c->tie_word_embeddings) n += V * H;
+    for (int r = 0; r < NB_ROLE_COUNT; r++) out[r] = 0;
+    out[NB_ROLE_EMBED] = V * H;
+    out[NB_ROLE_NORM] = H; /* final norm */
+    if (!c->tie_word_embeddings) out[NB_ROLE_LM_HEAD] = V * H;
     for (int l = 0; l < c->num_layers; l++) {
-        n += 2 * H; /* input and post-attention norms */
+        out[NB_ROLE_NORM] += 2 * H; /* input and post-attention norms */
         if (c->attn == NB_ATTN_MLA) {
             const int64_t nh = c->num_heads, qk = c->qk_nope_head_dim + c->qk_rope_head_dim;
             if (c->q_lora_rank) {
-                n += H * c->q_lora_rank + c->q_lora_rank + (int64_t)c->q_lora_rank * nh * qk;
-                if (c->attention_bias) n += c->q_lora_rank;
+                out[NB_ROLE_ATTN_LATENT] += H * c->q_lora_rank + (c->attention_bias ? c->q_lora_rank : 0);
+                out[NB_ROLE_NORM] += c->q_lora_rank;
+                out[NB_ROLE_ATTN_HEADS] += (int64_t)c->q_lora_rank * nh * qk;
             } else {
-                n += H * nh * qk;
+                out[NB_ROLE_ATTN_HEADS] += H * nh * qk;
             }
-            n += H * (c->kv_lora_rank + c->qk_rope_head_dim) + c->kv_lora_rank;
-            if (c->attention_bias) n += c->kv_lora_rank + c->qk_rope_head_dim + H;
-            n += (int64_t)c->kv_lora_rank * nh * (c->qk_nope_head_dim + c->v_head_dim);
-            n += nh * c->v_head_dim * H;
+            out[NB_ROLE_ATTN_LATENT] += H * (c->kv_lora_rank + c->qk_rope_head_dim);
+            if (c->attention_bias) out[NB_ROLE_ATTN_LATENT] += c->kv_lora_rank + c->qk_rope_head_dim;
+            out[NB_ROLE_NORM] += c->kv_lora_rank;
+            out[NB_ROLE_ATTN_HEADS] += (int64_t)c->kv_lora_rank * nh * (c->qk_nope_head_dim + c->v_head_dim);
+            out[NB_ROLE_ATTN_HEADS] += nh * c->v_head_dim * H + (c->attention_bias ? H : 0);
             if (c->arch == NB_ARCH_GLM_MOE_DSA && c->layer_has_indexer[l]) {
                 const int64_t ih = c->index_n_heads, id = c->index_head_dim;
-                n += (int64_t)c->q_lora_rank * ih * id + H * id + 2 * id + H * ih; /* wq_b, wk, k_norm, weights_proj */
+                out[NB_ROLE_INDEXER] += (int64_t)c->q_lora_rank * ih * id + H * id + H * ih; /* wq_b, wk, weights_proj */
+                out[NB_ROLE_NORM] += 2 * id;                                                 /* k_norm (LayerNorm) */
             }
         } else {
             const int64_t q = (int64_t)c->num_heads * c->head_dim, kv = (int64_t)c->num_kv_heads * c->head_dim;
-            n += H * q + 2 * H * kv + q * H;
-            if (c->attention_bias) n += q + 2 * kv + (c->arch == NB_ARCH_QWEN3_MOE ? H : 0);
-            if (c->qk_norm) n += 2 * c->head_dim;
+            out[NB_ROLE_ATTN_HEADS] += H * q + 2 * H * kv + q * H;
+            if (c->attention_bias) out[NB_ROLE_ATTN_HEADS] += q + 2 * kv + (c->arch == NB_ARCH_QWEN3_MOE ? H : 0);
+            if (c->qk_norm) out[NB_ROLE_NORM] += 2 * c->head_dim;
         }
         if (c->layer_is_moe[l]) {
-            n += (int64_t)c->n_routed_experts * H; /* router */
-            if (c->has_score_correction_bias) n += c->n_routed_experts;
-            n += (int64_t)c->n_routed_experts * 3 * H * c->moe_intermediate_size;
-            n += 3 * H * c->shared_intermediate_size;
+            out[NB_ROLE_ROUTER] += (int64_t)c->n_routed_experts * H + (c->has_score_correction_bias ? c->n_routed_experts : 0);
+            out[NB_ROLE_EXPERT] += (int64_t)c->n_routed_experts * 3 * H * c->moe_intermediate_size;
+            out[NB_ROLE_SHARED_EXPERT] += 3 * H * c->shared_intermediate_size;
         } else {
-            n += 3 * H * c->intermediate_size;
+            out[NB_ROLE_DENSE_MLP] += 3 * H * c->intermediate_size;
         }
     }
+}
+
+int64_t nb_model_config_param_count(const nb_model_config *c)
+{
+    int64_t by[NB_ROLE_COUNT], n = 0;
+    nb_model_config_param_breakdown(c, by);
+    for (int r = 0; r < NB_ROLE_COUNT; r++) n += by[r];
     return n;
 }

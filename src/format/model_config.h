@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "format/quant_config.h"
+#include "format/tensor_role.h"
 #include "nibble.h"
 
 #define NB_MAX_LAYERS 256
@@ -130,5 +131,7 @@ const char *nb_arch_supported_list(void);
 
 /* Parameter count of the whole model (embeddings, attention, experts, norms, lm_head). */
 int64_t nb_model_config_param_count(const nb_model_config *cfg);
+/* The same count split by tensor role (format/tensor_role.h); MTP layers not included. */
+void nb_model_config_param_breakdown(const nb_model_config *cfg, int64_t out[NB_ROLE_COUNT]);
 
 #endif

@@ -300,13 +300,18 @@ static void test_fixtures(void)
         NB_CHECK_OK(nb_checkpoint_open(dir, &ck));
         if (!ck) continue;
         NB_CHECK(!strcmp(c.model_type, fams[f]));
-        int64_t total = 0;
+        int64_t total = 0, by_role[NB_ROLE_COUNT] = {0}, want_role[NB_ROLE_COUNT];
         for (int i = 0; i < nb_checkpoint_count(ck); i++) {
             const nb_st_tensor *t = nb_checkpoint_at(ck, i);
-            int layer = -1;
-            if (sscanf(t->name, "model.layers.%d.", &layer) == 1 && layer >= c.num_layers) continue; /* MTP */
+            nb_tensor_info ti = nb_tensor_info_of(t->name);
+            if (ti.layer >= c.num_layers) continue; /* MTP */
             total += nb_st_numel(t);
+            by_role[ti.role] += nb_st_numel(t);
         }
+        nb_model_config_param_breakdown(&c, want_role);
+        for (int r = 0; r < NB_ROLE_COUNT; r++)
+            NB_CHECK_MSG(by_role[r] == want_role[r], "%s: role %s: checkpoint %lld, config %lld", fams[f],
+                         nb_tensor_role_name((nb_tensor_role)r), (long long)by_role[r], (long long)want_role[r]);
         int64_t want = nb_model_config_param_count(&c);
         NB_CHECK_MSG(total == want, "%s: checkpoint holds %lld parameters, config says %lld", fams[f], (long long)total,
                      (long long)want);
