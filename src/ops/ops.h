@@ -57,7 +57,8 @@ typedef enum nb_wfmt {
     NB_WFMT_BF16,     /* data: BF16 [n, k] */
     NB_WFMT_NVFP4,    /* data: U8 [n, k/2], two E2M1 codes per byte, low nibble = even k;
                          scale: E4M3 [n, k/16], one per 16 consecutive k; global_scale: F32
-                         (weight_scale_2). value = e2m1 * e4m3 * global_scale (ModelOpt). */
+                         (weight_scale_2). value = e2m1 * (e4m3 * global_scale), the scales
+                         multiplied first in float32 (ModelOpt; format/nvfp4.h). */
     NB_WFMT_FP8_BLOCK /* data: E4M3 [n, k]; scale: F32 [ceil(n/block_n), ceil(k/block_k)]
                          (weight_scale_inv); value = e4m3 * scale[i/block_n][j/block_k]. */
 } nb_wfmt;

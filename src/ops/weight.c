@@ -66,15 +66,15 @@ nb_status nb_weight_dequant_rows(const nb_weight *w, int64_t r0, int64_t nr, flo
             break;
         }
         case NB_WFMT_NVFP4: {
-            /* value = e2m1 * e4m3 * global: e2m1 * e4m3 is exact in float32, so only the last
-             * product rounds, the same as any implementation that multiplies in this order. */
+            /* value = e2m1 * (e4m3 * global): the two scales are multiplied first, in
+             * float32, as ModelOpt does (format/nvfp4.h); the order decides the last bit. */
             const uint8_t *sc = (const uint8_t *)w->scale + r * ss;
             for (int64_t b = 0; b < k / 16; b++) {
-                float s = nb_e4m3_to_f32(sc[b]);
+                float s = nb_e4m3_to_f32(sc[b]) * w->global_scale;
                 for (int j = 0; j < 8; j++) {
                     uint8_t byte = row[b * 8 + j];
-                    d[b * 16 + 2 * j] = nb_e2m1_to_f32(byte & 15) * s * w->global_scale;
-                    d[b * 16 + 2 * j + 1] = nb_e2m1_to_f32(byte >> 4) * s * w->global_scale;
+                    d[b * 16 + 2 * j] = nb_e2m1_to_f32(byte & 15) * s;
+                    d[b * 16 + 2 * j + 1] = nb_e2m1_to_f32(byte >> 4) * s;
                 }
             }
             break;
