@@ -5,7 +5,10 @@
  * tokens, decodes to U+FFFD until its last byte arrives). Decoding a window rather than
  * one id keeps context-dependent decoders right (Metaspace drops the leading space of
  * the first token only; ByteFallback joins byte runs). This is the scheme of HF
- * `tokenizers` DecodeStream, plus a flush for the end of the stream.
+ * `tokenizers` DecodeStream, plus a flush for the end of the stream, plus one rule HF
+ * lacks: with a ByteFallback decoder, text is held while the stream ends in a <0xNN>
+ * token, because a later byte can make the whole run invalid (all U+FFFD), and text
+ * already emitted cannot be taken back (HF's DecodeStream raises "Invalid prefix").
  * Exercised by tests/tokenizer/test_tokenizer.c (detok_*) and test_vs_hf.py. */
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +22,9 @@ struct nb_detok {
     int skip_special;
     int32_t *ids; /* window */
     size_t n, cap;
-    size_t prefix_index; /* ids[0..prefix_index) decode to `prefix` */
+    size_t prefix_index; /* the window decodes to `prefix` (all emitted); ids before prefix_index are
+                          * context that the next slide drops */
+    int in_byte_run;     /* the last kept id is a <0xNN> byte-fallback token */
     nb_tbuf prefix, cur, delta;
     nb_tok_scratch sc;
 };
@@ -61,14 +66,6 @@ nb_status nb_detok_push(nb_detok *d, int32_t id, const char **delta, size_t *del
 {
     *delta = "";
     if (delta_len) *delta_len = 0;
-    if (d->prefix.n == 0 && d->n > 0) {
-        NB_TRY(nb_tok_decode_into(d->tok, &d->sc, d->ids, d->n, d->skip_special, &d->cur));
-        if (!nb_ends_fffd(&d->cur)) {
-            d->prefix.n = 0;
-            NB_TRY(nb_tbuf_put(&d->prefix, d->cur.p, d->cur.n));
-            d->prefix_index = d->n;
-        }
-    }
     if (d->n == d->cap) {
         size_t cap = d->cap ? d->cap * 2 : 16;
         int32_t *v = realloc(d->ids, cap * sizeof *v);
@@ -77,6 +74,9 @@ nb_status nb_detok_push(nb_detok *d, int32_t id, const char **delta, size_t *del
         d->cap = cap;
     }
     d->ids[d->n++] = id;
+    int cls = nb_tok_stream_class(d->tok, id, d->skip_special);
+    if (cls >= 0) d->in_byte_run = cls;
+    if (d->in_byte_run) return nb_detok_set_delta(d, "", 0, delta, delta_len);
     NB_TRY(nb_tok_decode_into(d->tok, &d->sc, d->ids, d->n, d->skip_special, &d->cur));
     if (d->cur.n <= d->prefix.n || nb_ends_fffd(&d->cur)) return nb_detok_set_delta(d, "", 0, delta, delta_len);
     if (memcmp(d->cur.p, d->prefix.p, d->prefix.n)) {
@@ -103,6 +103,7 @@ nb_status nb_detok_flush(nb_detok *d, const char **delta, size_t *delta_len)
     NB_TRY(nb_detok_set_delta(d, d->cur.p + from, d->cur.n - from, delta, delta_len));
     d->n = 0;
     d->prefix_index = 0;
+    d->in_byte_run = 0;
     d->prefix.n = 0;
     d->prefix.p[0] = 0;
     return NB_OK;

@@ -44,8 +44,16 @@ static nb_status nb_dec_bytelevel(const nb_strlist *in, nb_strlist *out, nb_tbuf
     return st;
 }
 
+int nb_dec_has_bytefallback(const nb_decoder *d)
+{
+    if (d->kind == NB_DEC_BYTEFALLBACK) return 1;
+    for (size_t i = 0; i < d->n_sub; i++)
+        if (nb_dec_has_bytefallback(&d->sub[i])) return 1;
+    return 0;
+}
+
 /* "<0xNN>" as Rust's u8::from_str_radix(&t[3..5], 16) reads it (a '+' sign is accepted). */
-static int nb_byte_token(const char *s, size_t n)
+int nb_byte_token(const char *s, size_t n)
 {
     if (n != 6 || memcmp(s, "<0x", 3) || s[5] != '>') return -1;
     int v = 0, digits = 0;

@@ -267,6 +267,9 @@ void nb_strlist_free(nb_strlist *l);
 /* HF Decoder::decode_chain: replaces *l by the decoded chunks. */
 nb_status nb_decode_chain(const nb_decoder *d, nb_tok_scratch *sc, nb_strlist *l);
 void nb_decoder_free(nb_decoder *d);
+int nb_dec_has_bytefallback(const nb_decoder *d);
+/* The byte of a "<0xNN>" token as the ByteFallback decoder reads it, or -1. */
+int nb_byte_token(const char *s, size_t n);
 
 /* ---- added tokens ------------------------------------------------------------------- */
 typedef struct nb_added {
@@ -294,6 +297,7 @@ struct nb_tokenizer {
     nb_normalizer *normalizer;
     nb_pretok *pretok;
     nb_decoder *decoder;
+    int byte_fallback_decoder; /* the decoder chain has ByteFallback */
     nb_postproc post;
     nb_added *added;
     size_t n_added;
@@ -321,6 +325,11 @@ nb_status nb_tok_load_configs(nb_tokenizer *t, const char *dir);
 /* Scratch lifetime. */
 nb_status nb_tok_scratch_init(nb_tok_scratch *sc);
 void nb_tok_scratch_free(nb_tok_scratch *sc);
+
+/* For the streaming detokenizer: 1 when id decodes through a ByteFallback decoder as a
+ * <0xNN> byte token (a later byte token can still turn it into U+FFFD, so its text must
+ * wait); -1 when the id is dropped (unknown, or special with skip_special); else 0. */
+int nb_tok_stream_class(const nb_tokenizer *t, int32_t id, int skip_special);
 
 /* Raw decode used by decode and the streaming detokenizer: the HF decode result. */
 nb_status nb_tok_decode_into(const nb_tokenizer *t, nb_tok_scratch *sc, const int32_t *ids, size_t n,

@@ -37,6 +37,7 @@ static pthread_mutex_t nb_sort_lock = PTHREAD_MUTEX_INITIALIZER;
 nb_status nb_tok_finish(nb_tokenizer *t)
 {
     NB_TRY(nb_bpe_finish(&t->bpe));
+    t->byte_fallback_decoder = t->decoder && nb_dec_has_bytefallback(t->decoder);
     int32_t n = t->bpe.n_ids;
     for (size_t i = 0; i < t->n_added; i++)
         if (t->added[i].id + 1 > n) n = t->added[i].id + 1;
@@ -451,6 +452,15 @@ nb_status nb_tok_decode_into(const nb_tokenizer *t, nb_tok_scratch *sc, const in
     }
     nb_strlist_free(&l);
     return st;
+}
+
+int nb_tok_stream_class(const nb_tokenizer *t, int32_t id, int skip_special)
+{
+    size_t len;
+    int special;
+    const char *s = nb_token_str(t, id, &len, &special);
+    if (!s || (skip_special && special)) return -1;
+    return t->byte_fallback_decoder && nb_byte_token(s, len) >= 0;
 }
 
 nb_status nb_tokenizer_decode(const nb_tokenizer *t, const int32_t *ids, size_t n, int skip_special, char **out,
