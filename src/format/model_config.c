@@ -175,7 +175,7 @@ static nb_status nb_cfg_indexer_types(const cJSON *j, nb_model_config *c, const 
             c->layer_has_indexer[i] = p[i] == 'F';
         }
     } else {
-        int freq, off;
+        int freq = 1, off = 2;
         NB_TRY(nb_cfg_opt(j, "index_topk_freq", 1, -(1 << 20), 1 << 20, &freq, what));
         NB_TRY(nb_cfg_opt(j, "index_skip_topk_offset", 2, -(1 << 20), 1 << 20, &off, what));
         if (freq < 1) freq = 1;
@@ -227,7 +227,7 @@ static nb_status nb_cfg_moe(const cJSON *j, nb_model_config *c, const char *what
     NB_TRY(nb_cfg_layer_types(j, c, &found, what));
     if (found) return NB_OK;
     if (qwen) {
-        int step;
+        int step = 1;
         NB_TRY(nb_cfg_opt(j, "decoder_sparse_step", 1, 1, 1 << 20, &step, what));
         for (int i = 0; i < c->num_layers; i++) c->layer_is_moe[i] = (i + 1) % step == 0;
         const cJSON *only = cJSON_GetObjectItemCaseSensitive(j, "mlp_only_layers");
@@ -242,7 +242,7 @@ static nb_status nb_cfg_moe(const cJSON *j, nb_model_config *c, const char *what
         }
         return NB_OK;
     }
-    int fk, freq;
+    int fk = 0, freq = 1;
     NB_TRY(nb_cfg_opt(j, "first_k_dense_replace", a == NB_ARCH_GLM4_MOE ? 1 : 3, 0, 1 << 20, &fk, what));
     NB_TRY(nb_cfg_opt(j, "moe_layer_freq", 1, 1, 1 << 20, &freq, what));
     for (int i = 0; i < c->num_layers; i++) c->layer_is_moe[i] = i >= fk && i % freq == 0;
@@ -281,6 +281,10 @@ static nb_status nb_cfg_parse_tree(const char *what, const cJSON *j, nb_model_co
     const int mla = a == NB_ARCH_GLM_MOE_DSA || a == NB_ARCH_DEEPSEEK_V3;
     c->attn = mla ? NB_ATTN_MLA : NB_ATTN_GQA;
 
+    const char *dt;
+    NB_TRY(nb_json_str(j, "dtype", "", &dt, what, NULL));
+    NB_TRY(nb_json_str(j, "torch_dtype", dt, &dt, what, NULL));
+    snprintf(c->dtype, sizeof c->dtype, "%s", dt);
     const char *act;
     NB_TRY(nb_json_str(j, "hidden_act", "silu", &act, what, NULL));
     if (strcmp(act, "silu")) return nb_error(NB_ERR_UNSUPPORTED, "%s: hidden_act '%s' (supported: silu)", what, act);

@@ -113,6 +113,7 @@ typedef struct nb_model_config {
     /* Added by the format layer (informational; not part of the forward pass): */
     int num_nextn_predict_layers; /* MTP layers stored after the decoder layers (GLM, DeepSeek); 0 if none */
     int n_moe_layers;             /* count of layer_is_moe */
+    char dtype[16];               /* "torch_dtype" / "dtype" as written ("bfloat16"); "" when absent */
 } nb_model_config;
 
 /* Read DIR/config.json (and DIR/hf_quant_config.json when present). eos ids listed in
