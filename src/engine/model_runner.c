@@ -1,0 +1,96 @@
+/* The runner over a real model on the CPU backend: nb_forward (engine/forward.h) on a
+ * loaded or synthetic model, with the KV pool sized by the engine. Built by
+ * nb_model_runner_create (engine_create.c). Exercised by tests/engine/test_engine_cpu.c
+ * and nibble generate / bench-offline. */
+#include "engine/model_runner.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "model/synthetic.h"
+
+typedef struct nb_model_runner {
+    nb_runner base;
+    nb_model *model;
+    nb_model_config cfg;  /* synthetic: owned here (the model borrows it) */
+    nb_checkpoint *ck;    /* synthetic: owned here */
+    int owns_cfg;
+    nb_kv_pool pool;
+} nb_model_runner;
+
+static nb_status nb_mr_forward(nb_runner *r, const nb_batch *b, float *logits)
+{
+    nb_model_runner *m = (nb_model_runner *)r;
+    return nb_forward(m->model, &m->pool, b, logits);
+}
+
+static nb_status nb_mr_reserve(nb_runner *r, int64_t n_slots)
+{
+    nb_model_runner *m = (nb_model_runner *)r;
+    nb_kv_pool_free(&m->pool);
+    return nb_kv_pool_init(&m->pool, &m->model->cfg, n_slots);
+}
+
+static void nb_mr_destroy(nb_runner *r)
+{
+    nb_model_runner *m = (nb_model_runner *)r;
+    nb_kv_pool_free(&m->pool);
+    nb_model_free(m->model);
+    if (m->owns_cfg) {
+        nb_checkpoint_close(m->ck);
+        nb_model_config_free(&m->cfg);
+    }
+    free(m);
+}
+
+nb_status nb_model_runner_create(const char *spec, int threads, nb_runner **out)
+{
+    *out = NULL;
+    nb_model_runner *m = calloc(1, sizeof *m);
+    if (!m) return nb_error(NB_ERR_OUT_OF_MEMORY, "model runner");
+    nb_model_params mp = nb_model_default_params();
+    mp.n_threads = threads;
+    nb_status st;
+    if (nb_synthetic_is(spec)) {
+        st = nb_synthetic_build(spec, &m->cfg, &m->ck);
+        if (st == NB_OK) {
+            m->owns_cfg = 1;
+            st = nb_model_from_checkpoint(&m->cfg, m->ck, &mp, &m->model);
+        }
+    } else {
+        st = nb_model_load(spec, &mp, &m->model);
+    }
+    if (st != NB_OK) {
+        nb_mr_destroy(&m->base);
+        return st;
+    }
+    const nb_model_config *c = &m->model->cfg;
+    nb_kv_layout lay;
+    st = nb_kv_layout_for(c, &lay);
+    if (st != NB_OK) {
+        nb_mr_destroy(&m->base);
+        return st;
+    }
+    int64_t per_token = 0;
+    for (int l = 0; l < lay.n_layers; l++) per_token += lay.layer[l].row_floats * (int64_t)sizeof(float);
+    double wb = 0;
+    const nb_checkpoint *ck = m->model->ck;
+    for (int i = 0; i < nb_checkpoint_count(ck); i++) wb += (double)nb_checkpoint_at(ck, i)->nbytes;
+
+    nb_runner *r = &m->base;
+    r->forward = nb_mr_forward;
+    r->reserve_kv = nb_mr_reserve;
+    r->destroy = nb_mr_destroy;
+    r->vocab_size = c->vocab_size;
+    r->context_length = c->max_position_embeddings;
+    r->kv_bytes_per_token = per_token;
+    r->weight_bytes = wb;
+    r->n_eos = NB_MIN(c->n_eos, 8);
+    memcpy(r->eos_ids, c->eos_ids, (size_t)r->n_eos * sizeof(int));
+    r->bos_id = c->bos_id;
+    snprintf(r->model_type, sizeof r->model_type, "%s", c->model_type[0] ? c->model_type : nb_arch_name(c->arch));
+    *out = r;
+    return NB_OK;
+}

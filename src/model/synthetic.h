@@ -1,0 +1,48 @@
+/* Synthetic models: any supported architecture with deterministic random weights and no
+ * files. A spec is
+ *   synthetic:ARCH[:key=value,key=value,...]
+ * ARCH is glm5 (GLM-5's real shape), glm5-tiny (a small GLM-5-shaped model with a
+ * byte-level tokenizer and a GLM-style chat template, fast on 2 CPU cores), deepseek-v3,
+ * glm4-moe, qwen3-moe (the published shapes of DeepSeek-V3, GLM-4.5 and Qwen3-235B-A22B).
+ * Keys override config.json fields (num_hidden_layers=8, hidden_size=1024; integers,
+ * floats, true/false, null or strings), except three that steer the generator:
+ *   seed=N        weights seed (default 0; same spec + seed = same bytes)
+ *   experts=bf16|nvfp4   routed experts' storage (default bf16); nvfp4 quantizes them with
+ *                 ModelOpt's recipe (format/nvfp4.h) and declares quantization_config
+ *   init_std=X    standard deviation of linear weights (default 0.02); norms are 1
+ * The weights go into an in-memory checkpoint under their HF names, so the normal loader
+ * (nb_model_from_checkpoint) binds them exactly as it binds a folder.
+ * Tests: tests/engine/test_synthetic.c; try: nibble generate --model synthetic:glm5-tiny. */
+#ifndef NB_MODEL_SYNTHETIC_H
+#define NB_MODEL_SYNTHETIC_H
+
+#include <stddef.h>
+
+#include "format/model_config.h"
+#include "format/safetensors.h"
+#include "nibble.h"
+
+/* 1 when spec starts with "synthetic:". */
+int nb_synthetic_is(const char *spec);
+
+/* The config.json text for a spec (malloc'd). NB_ERR_INVALID_ARG names an unknown
+ * architecture (listing the known ones) or a malformed key=value. */
+nb_status nb_synthetic_config_json(const char *spec, char **json);
+
+/* Parse the spec's config and fill an in-memory checkpoint with random weights. On
+ * success the caller owns *ck (nb_checkpoint_close) and cfg (nb_model_config_free). */
+nb_status nb_synthetic_build(const char *spec, nb_model_config *cfg, nb_checkpoint **ck);
+
+/* Bytes the weights of a config take (BF16, or NVFP4 routed experts when quantized): to
+ * refuse a spec that cannot fit before generating it. */
+double nb_synthetic_weight_bytes(const nb_model_config *cfg);
+
+/* 1 when the spec's architecture comes with the built-in byte tokenizer (glm5-tiny). */
+int nb_synthetic_has_builtin_tokenizer(const char *spec);
+
+/* The special tokens of the built-in tokenizer (ids 256 + i) and the GLM-style chat
+ * template written for it (Jinja). */
+const char *const *nb_synthetic_specials(size_t *n);
+const char *nb_synthetic_chat_template(void);
+
+#endif
