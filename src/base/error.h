@@ -14,6 +14,10 @@
 #define NB_PRINTF(a, b)
 #endif
 
+#ifdef __cplusplus /* CUDA files (.cu) are compiled as C++ */
+extern "C" {
+#endif
+
 /* Record `s` with a printf-style message on this thread and return `s`. */
 nb_status nb_error(nb_status s, const char *fmt, ...) NB_PRINTF(2, 3);
 
@@ -24,6 +28,10 @@ nb_status nb_error_wrap(nb_status s, const char *fmt, ...) NB_PRINTF(2, 3);
 void nb_error_clear(void);
 
 void nb_assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn));
+#ifdef __cplusplus
+}
+#endif
+
 #define NB_ASSERT(e) ((e) ? (void)0 : nb_assert_fail(#e, __FILE__, __LINE__))
 
 /* Propagate a failing status: NB_TRY(nb_foo(...)); */

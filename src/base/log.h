@@ -8,12 +8,20 @@
 #include "nibble.h"
 #include "base/error.h"
 
+#ifdef __cplusplus /* CUDA files (.cu) are compiled as C++ */
+extern "C" {
+#endif
+
 extern nb_log_level nb_log_level_current;
 
 void nb_log_write(nb_log_level level, const char *tag, const char *fmt, ...) NB_PRINTF(3, 4);
 
 /* Parse "trace|debug|info|warn|error|off"; returns -1 when unknown. */
 int nb_log_level_parse(const char *s);
+
+#ifdef __cplusplus
+}
+#endif
 
 #define NB_LOG(level, tag, ...)                                                         \
     do {                                                                                \
