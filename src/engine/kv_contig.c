@@ -20,10 +20,9 @@ nb_status nb_kv_layout_for(const nb_model_config *cfg, nb_kv_layout *out)
             L->latent_off = 0;
             L->kpe_off = cfg->kv_lora_rank;
             L->row_floats = cfg->kv_lora_rank + cfg->qk_rope_head_dim;
-            /* Every glm_moe_dsa layer gets room for an indexer key: which layers compute their
-             * own selection ("full") and which reuse the previous one ("shared") is decided
-             * by the checkpoint's tensors, and a shared layer simply leaves it unused. */
-            if (cfg->arch == NB_ARCH_GLM_MOE_DSA && cfg->index_head_dim > 0) {
+            /* The indexer key only where the layer runs its own indexer ("full"); a "shared"
+             * layer reuses the previous full layer's selection and keeps no keys. */
+            if (cfg->arch == NB_ARCH_GLM_MOE_DSA && cfg->layer_has_indexer[l] && cfg->index_head_dim > 0) {
                 L->index_off = L->row_floats;
                 L->row_floats += cfg->index_head_dim;
             }

@@ -3,14 +3,11 @@
  * transformers 5.24's modeling_glm_moe_dsa.py:
  *   - RoPE is interleaved (pairs 2i, 2i+1) in attention and indexer alike, whatever
  *     config.json's rope_interleave says (the modeling code never reads it);
- *   - a layer whose indexer_types entry is "shared" has no indexer weights and reuses the
- *     previous layer's top-k selection; we recognise it by the absence of
- *     self_attn.indexer.wq_b.weight;
+ *   - a layer whose indexer_types entry is "shared" (cfg.layer_has_indexer == 0) has no
+ *     indexer weights and reuses the previous full layer's top-k selection;
  *   - q_a_layernorm / kv_a_layernorm use eps 1e-6, the indexer's k_norm is a LayerNorm (1e-6);
  *   - routing: sigmoid, e_score_correction_bias for the choice, groups ranked by top-2 sum.
  * Exercised by tests/golden (glm_moe_dsa fixture). */
-#include <stdio.h>
-
 #include "base/error.h"
 #include "model/bind.h"
 
@@ -18,16 +15,14 @@ nb_status nb_glm_moe_dsa_bind(nb_model *m, int l)
 {
     const nb_model_config *c = &m->cfg;
     NB_TRY(nb_bind_mla(m, l));
-    char p[160];
-    snprintf(p, sizeof p, "model.layers.%d.self_attn.indexer.wq_b.weight", l);
-    if (nb_bind_has(m, p)) {
+    if (c->layer_has_indexer[l]) {
         NB_TRY(nb_bind_dsa_indexer(m, l));
     } else {
         int prev = 0;
         for (int i = 0; i < l; i++) prev |= m->layers[i].has_indexer;
         if (!prev)
-            return nb_error(NB_ERR_NOT_FOUND, "model: tensor '%s' is missing, and no earlier layer has an indexer whose "
-                            "selection layer %d could share", p, l);
+            return nb_error(NB_ERR_FORMAT, "model: layer %d is a \"shared\" DSA layer but no earlier layer has an "
+                            "indexer whose selection it could reuse", l);
     }
     if (c->layer_is_moe[l]) return nb_bind_moe(m, l, 1);
     nb_layer *L = &m->layers[l];
