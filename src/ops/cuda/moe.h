@@ -1,0 +1,136 @@
+/* NVFP4 routed-expert FFN on the GPU (W4A16: 4-bit weights expanded to BF16 in registers,
+ * BF16 tensor-core products, F32 accumulation), plus the shared (dense) expert through the
+ * same kernels. One step:
+ *   route (top-k ids/weights) -> permute slots by expert -> gate_up GEMM with SiLU(gate)*up
+ *   fused in its epilogue -> down GEMM with the routing weight and the sum over the k
+ *   slots fused in its epilogue (F32 atomics into out).
+ * Weights are repacked once at load from the ModelOpt layout (nb_moe_repack_nvfp4) into
+ * per-lane fragments of the mma.sync m16n8k16 A operand; docs/moe-kernels.md draws it.
+ * Two regimes behind nb_moe_forward, chosen by nb_moe_pick_kernel (a ladder of named
+ * predicates, forceable with NIBBLE_MOE_KERNEL=stream|mma):
+ *   stream: token tiles of 8, K split over the 4 warps of a block so that the work of
+ *           all touched experts covers every SM; each weight byte is read once.
+ *   mma:    token tiles of 32 (4 n8 fragments per warp), weights reused across them.
+ * Tests: tests/cuda_moe/test_moe.c (ctest -L gpu). Benchmark: nibble bench-moe. */
+#ifndef NB_OPS_CUDA_MOE_H
+#define NB_OPS_CUDA_MOE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nibble.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- repacked NVFP4 weights --------------------------------------------------------- */
+
+/* The repacked layout needs n % 16 == 0 and k % 256 == 0 (a 16-row tile, a 256-wide
+ * group of four 64-wide k-tiles whose scales one lane loads as 8 bytes). */
+#define NB_MOE_ROW_TILE 16
+#define NB_MOE_K_GROUP 256
+
+/* Warps per block of the GEMM kernels (they split K) and token fragments (n8) per warp of
+ * each regime: a token tile is 8 * NT tokens. */
+#define NB_MOE_WARPS 4
+#define NB_MOE_NT_STREAM 1
+#define NB_MOE_NT_MMA 4
+
+/* Shared memory of one GEMM block: the split-K partial sums of warps 1..3 (F32, 4 per
+ * lane per fragment, twice for gate_up). The launcher checks it against the device's
+ * opt-in limit; `nibble plan-tiles` prints it. */
+static inline size_t nb_moe_smem_bytes(int nt, int gate_up)
+{
+    return (size_t)(NB_MOE_WARPS - 1) * (size_t)(gate_up ? 2 : 1) * (size_t)nt * 4u * 32u * sizeof(float);
+}
+
+/* Bytes of the repacked weight codes and scales of one [n, k] matrix (the same as the
+ * ModelOpt tensors: n*k/2 and n*k/16). */
+static inline size_t nb_moe_packed_weight_bytes(int n, int k) { return (size_t)n * (size_t)k / 2; }
+static inline size_t nb_moe_packed_scale_bytes(int n, int k) { return (size_t)n * (size_t)k / 16; }
+
+/* Host repack of one matrix from the ModelOpt layout: codes U8 [n, k/2] (low nibble = even
+ * k), scales E4M3 [n, k/16]. Writes nb_moe_packed_weight_bytes / _scale_bytes into
+ * out_w / out_s (host memory). `name` labels error messages. NB_ERR_INVALID_ARG when the
+ * shape does not tile. */
+nb_status nb_moe_repack_nvfp4(const char *name, const uint8_t *codes, const uint8_t *scales, int n, int k,
+                              uint8_t *out_w, uint8_t *out_s);
+
+/* Inverse, for tests and the lab: decode one element (row, col) of a repacked matrix to
+ * its E2M1 code (0..15) and its E4M3 scale byte. */
+void nb_moe_packed_get(const uint8_t *w, const uint8_t *s, int n, int k, int row, int col, uint8_t *code,
+                       uint8_t *scale);
+
+/* ---- the FFN ------------------------------------------------------------------------ */
+
+typedef enum nb_moe_kernel { NB_MOE_KERNEL_AUTO = 0, NB_MOE_KERNEL_STREAM, NB_MOE_KERNEL_MMA } nb_moe_kernel;
+
+/* Device pointers of E experts' repacked weights, experts back to back:
+ *   w13/s13: [E][2*inter, hidden] (rows 0..inter-1 gate, inter..2*inter-1 up)
+ *   w2/s2:   [E][hidden, inter]
+ *   g13: F32 [E][2] weight_scale_2 of gate and up; g2: F32 [E] of down. */
+typedef struct nb_moe_weights_dev {
+    int experts, hidden, inter;
+    const uint8_t *w13, *s13, *w2, *s2;
+    const float *g13, *g2;
+} nb_moe_weights_dev;
+
+typedef struct nb_moe_desc {
+    int tokens, topk;
+    const uint16_t *x;       /* BF16 [tokens, hidden] */
+    const int32_t *ids;      /* I32 [tokens, topk]; an id < 0 is skipped. NULL: dense mode,
+                                every token to expert 0 with weight 1 (the shared expert) */
+    const float *weights;    /* F32 [tokens, topk] routing weights; NULL: all 1 */
+    float *out;              /* F32 [tokens, hidden] */
+    int accumulate;          /* 0: out is overwritten; 1: out += result */
+    nb_moe_kernel kernel;    /* AUTO: nb_moe_pick_kernel */
+    void *workspace;         /* device memory of nb_moe_workspace_bytes() */
+    size_t workspace_bytes;
+} nb_moe_desc;
+
+/* Device workspace for up to `tokens` tokens (permutation, tiles, the intermediate). */
+size_t nb_moe_workspace_bytes(const nb_moe_weights_dev *w, int tokens, int topk);
+
+/* Enqueue one step on `stream` (a cudaStream_t; NULL = default). No host synchronization
+ * (capturable in a CUDA graph). NB_ERR_INVALID_ARG names the bad field; NB_ERR_CUDA a
+ * failed launch. Without `accumulate`, out is zeroed first. Results are exact up to F32
+ * summation order: the k slots of a token are summed with atomics, so the last bits of
+ * out may differ between runs. */
+nb_status nb_moe_forward(const nb_moe_weights_dev *w, const nb_moe_desc *d, void *stream);
+
+/* The shared expert: a dense NVFP4 SwiGLU FFN over all tokens, out (+)= ffn(x); `w` holds
+ * one expert. Same kernels as the routed path in dense mode. */
+nb_status nb_moe_shared_forward(const nb_moe_weights_dev *w, const uint16_t *x, int tokens, float *out,
+                                int accumulate, void *workspace, size_t workspace_bytes, void *stream);
+
+/* ---- the ladder ------------------------------------------------------------------------ */
+
+/* Few tokens per expert: weight bytes dominate, stream them once over all SMs. */
+int nb_moe_should_use_stream(double tokens_per_expert, int n, int k, int sm);
+/* Which kernel nb_moe_forward runs for this step: NIBBLE_MOE_KERNEL=stream|mma forces one;
+ * else the predicates above on the mean tokens per expert (tokens*topk/experts). The
+ * choice is logged at debug level under tag "cuda". */
+nb_moe_kernel nb_moe_pick_kernel(int tokens, int topk, int experts, int hidden, int inter, int sm);
+const char *nb_moe_kernel_name(nb_moe_kernel k);
+
+/* ---- router ------------------------------------------------------------------------- */
+
+/* GPU top-k router: logits F32 [T, E] -> ids I32 [T, k] (descending selection score) and
+ * weights F32 [T, k]. score: 0 softmax, 1 sigmoid. group: 0 greedy, 1 groups ranked by
+ * their max, 2 by the sum of their two best (noaux_tc). bias: F32 [E] added to the score
+ * for the choice only, or NULL. Matches nb_op_moe_route's semantics (ops/ops.h); ties
+ * go to the lower expert index. Needs E <= 1024, E % n_group == 0, k <= 32. */
+typedef struct nb_moe_router_desc {
+    int tokens, experts, topk, score, group, n_group, topk_group, norm_topk_prob;
+    float routed_scaling_factor;
+    const float *logits, *bias;
+    int32_t *ids;
+    float *weights;
+} nb_moe_router_desc;
+nb_status nb_moe_router(const nb_moe_router_desc *d, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,469 @@
+/* NVFP4 MoE kernels (ops/cuda/moe.h) against float64 CPU computations on the dequantized
+ * ModelOpt weights, on fresh random inputs every run (seeded from the clock; the seed is
+ * printed), with the workspace poisoned (NaN) first so unwritten intermediates fail.
+ *   repack:   nb_moe_packed_get inverts nb_moe_repack_nvfp4 on every element (no GPU)
+ *   moe_*:    routed FFN, both kernels, edge cases (empty experts, one hot expert, ragged
+ *             tiles, skipped ids, T = 16384 sampled, GLM-5 shapes), accumulate
+ *   shared:   the dense shared expert
+ *   router_*: top-k router vs a CPU router written here (ids exact, weights 1e-5)
+ * Run on the GPU machine: ctest -L gpu (exits 77 there is no GPU, after the repack test). */
+#include <cuda_runtime_api.h>
+#include <time.h>
+
+#include "nbtest.h"
+#include "format/numerics.h"
+#include "ops/cuda/device.h"
+#include "ops/cuda/moe.h"
+
+/* BF16 activations in, one BF16 rounding of the SwiGLU intermediate, F32 accumulation:
+ * errors near 2^-9 relative; 1e-2 is the issue's bound against float64. */
+#define NB_TOL_NVFP4_MOE 1e-2
+/* Router weights: float32 softmax/sigmoid on both sides, different exp implementations. */
+#define NB_TOL_ROUTER_WEIGHT 1e-5
+
+static uint64_t rng;
+static uint32_t rnd32(void)
+{
+    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (uint32_t)(rng >> 32);
+}
+static float frand(void) { return (float)(rnd32() >> 8) / 16777216.0f * 2.0f - 1.0f; }
+
+/* A random E4M3 block scale: mostly normal values in [2^-4, 4], some zeros, subnormals and
+ * the largest finite value, so every decoding path of the kernel is exercised. */
+static uint8_t rand_scale(void)
+{
+    uint32_t r = rnd32() % 100;
+    if (r < 2) return 0;
+    if (r < 4) return (uint8_t)(1 + rnd32() % 7);
+    if (r < 5) return 0x7E;
+    return nb_f32_to_e4m3(exp2f((float)(rnd32() % 1000) / 1000.0f * 6.0f - 4.0f));
+}
+
+typedef struct {
+    int n, k;
+    uint8_t *codes, *scales; /* ModelOpt layout */
+    float gs;                /* weight_scale_2 */
+} mat;
+
+static void mat_rand(mat *m, int n, int k)
+{
+    m->n = n, m->k = k;
+    m->codes = malloc((size_t)n * k / 2);
+    m->scales = malloc((size_t)n * k / 16);
+    for (size_t i = 0; i < (size_t)n * k / 2; i++) m->codes[i] = (uint8_t)rnd32();
+    for (size_t i = 0; i < (size_t)n * k / 16; i++) m->scales[i] = rand_scale();
+    m->gs = 0.02f * (1.0f + 0.5f * frand());
+}
+
+static void mat_free(mat *m)
+{
+    free(m->codes);
+    free(m->scales);
+}
+
+static float mat_get(const mat *m, int r, int c)
+{
+    uint8_t code = (m->codes[(size_t)r * m->k / 2 + c / 2] >> ((c & 1) * 4)) & 15;
+    return nb_e2m1_to_f32(code) * nb_e4m3_to_f32(m->scales[(size_t)r * m->k / 16 + c / 16]) * m->gs;
+}
+
+static void test_repack(void)
+{
+    rng = (uint64_t)time(NULL) * 2654435761u;
+    const int shapes[][2] = {{16, 256}, {48, 512}, {32, 768}};
+    for (size_t si = 0; si < NB_ARRAY_LEN(shapes); si++) {
+        mat m;
+        mat_rand(&m, shapes[si][0], shapes[si][1]);
+        uint8_t *w = malloc(nb_moe_packed_weight_bytes(m.n, m.k)), *s = malloc(nb_moe_packed_scale_bytes(m.n, m.k));
+        NB_CHECK_OK(nb_moe_repack_nvfp4("t", m.codes, m.scales, m.n, m.k, w, s));
+        int bad = 0;
+        for (int r = 0; r < m.n; r++)
+            for (int c = 0; c < m.k; c++) {
+                uint8_t code, sc;
+                nb_moe_packed_get(w, s, m.n, m.k, r, c, &code, &sc);
+                uint8_t want = (m.codes[(size_t)r * m.k / 2 + c / 2] >> ((c & 1) * 4)) & 15;
+                if (code != want || sc != m.scales[(size_t)r * m.k / 16 + c / 16]) bad++;
+            }
+        NB_CHECK_MSG(bad == 0, "[%d, %d]: %d elements do not round-trip", m.n, m.k, bad);
+        free(w);
+        free(s);
+        mat_free(&m);
+    }
+    NB_CHECK_STATUS(nb_moe_repack_nvfp4("bad", NULL, NULL, 20, 256, NULL, NULL), NB_ERR_INVALID_ARG);
+}
+
+/* ---- routed FFN -------------------------------------------------------------------- */
+
+typedef struct {
+    int E, H, I;
+    mat *w13, *w2; /* [E] */
+    float *g13, *g2;
+    nb_moe_weights_dev dev;
+    void *d_w13, *d_s13, *d_w2, *d_s2, *d_g13, *d_g2;
+} experts;
+
+static int experts_make(experts *x, int E, int H, int I)
+{
+    memset(x, 0, sizeof *x);
+    x->E = E, x->H = H, x->I = I;
+    x->w13 = calloc((size_t)E, sizeof(mat));
+    x->w2 = calloc((size_t)E, sizeof(mat));
+    x->g13 = malloc(sizeof(float) * 2 * E);
+    x->g2 = malloc(sizeof(float) * E);
+    size_t b13 = nb_moe_packed_weight_bytes(2 * I, H), s13 = nb_moe_packed_scale_bytes(2 * I, H);
+    size_t b2 = nb_moe_packed_weight_bytes(H, I), s2 = nb_moe_packed_scale_bytes(H, I);
+    uint8_t *hw13 = malloc(b13 * E), *hs13 = malloc(s13 * E), *hw2 = malloc(b2 * E), *hs2 = malloc(s2 * E);
+    for (int e = 0; e < E; e++) {
+        mat_rand(&x->w13[e], 2 * I, H);
+        mat_rand(&x->w2[e], H, I);
+        /* gate and up keep separate global scales: the kernel must apply each to its half */
+        x->g13[2 * e] = x->w13[e].gs;
+        x->g13[2 * e + 1] = x->w13[e].gs * 1.5f;
+        x->g2[e] = x->w2[e].gs;
+        if (nb_moe_repack_nvfp4("w13", x->w13[e].codes, x->w13[e].scales, 2 * I, H, hw13 + b13 * e, hs13 + s13 * e) ||
+            nb_moe_repack_nvfp4("w2", x->w2[e].codes, x->w2[e].scales, H, I, hw2 + b2 * e, hs2 + s2 * e))
+            return -1;
+    }
+    int ok = cudaMalloc(&x->d_w13, b13 * E) == cudaSuccess && cudaMalloc(&x->d_s13, s13 * E) == cudaSuccess &&
+             cudaMalloc(&x->d_w2, b2 * E) == cudaSuccess && cudaMalloc(&x->d_s2, s2 * E) == cudaSuccess &&
+             cudaMalloc(&x->d_g13, 8 * E) == cudaSuccess && cudaMalloc(&x->d_g2, 4 * E) == cudaSuccess;
+    if (ok) {
+        cudaMemcpy(x->d_w13, hw13, b13 * E, cudaMemcpyHostToDevice);
+        cudaMemcpy(x->d_s13, hs13, s13 * E, cudaMemcpyHostToDevice);
+        cudaMemcpy(x->d_w2, hw2, b2 * E, cudaMemcpyHostToDevice);
+        cudaMemcpy(x->d_s2, hs2, s2 * E, cudaMemcpyHostToDevice);
+        cudaMemcpy(x->d_g13, x->g13, 8 * E, cudaMemcpyHostToDevice);
+        cudaMemcpy(x->d_g2, x->g2, 4 * E, cudaMemcpyHostToDevice);
+    }
+    free(hw13), free(hs13), free(hw2), free(hs2);
+    x->dev = (nb_moe_weights_dev){E, H, I, x->d_w13, x->d_s13, x->d_w2, x->d_s2, x->d_g13, x->d_g2};
+    return ok ? 0 : -1;
+}
+
+static void experts_free(experts *x)
+{
+    for (int e = 0; e < x->E; e++) mat_free(&x->w13[e]), mat_free(&x->w2[e]);
+    free(x->w13), free(x->w2), free(x->g13), free(x->g2);
+    cudaFree(x->d_w13), cudaFree(x->d_s13), cudaFree(x->d_w2), cudaFree(x->d_s2);
+    cudaFree(x->d_g13), cudaFree(x->d_g2);
+}
+
+/* float64 SwiGLU expert e on token row xr (BF16 values), added with weight rw into acc. */
+static void ref_expert(const experts *x, int e, const float *xr, double rw, double *acc)
+{
+    const int H = x->H, I = x->I;
+    double *a = malloc(sizeof(double) * I);
+    const mat *m13 = &x->w13[e], *m2 = &x->w2[e];
+    for (int i = 0; i < I; i++) {
+        double gsum = 0, usum = 0;
+        for (int h = 0; h < H; h++) {
+            gsum += (double)mat_get(m13, i, h) * xr[h];
+            usum += (double)mat_get(m13, I + i, h) * xr[h];
+        }
+        gsum *= x->g13[2 * e] / m13->gs;
+        usum *= x->g13[2 * e + 1] / m13->gs;
+        a[i] = gsum / (1.0 + exp(-gsum)) * usum;
+    }
+    for (int h = 0; h < H; h++) {
+        double s = 0;
+        for (int i = 0; i < I; i++) s += (double)mat_get(m2, h, i) * a[i];
+        acc[h] += rw * s;
+    }
+    free(a);
+}
+
+enum { ROUTE_UNIFORM, ROUTE_ONE_HOT, ROUTE_FEW, ROUTE_SKIP };
+
+/* One case: T tokens, top-k, a routing pattern, a forced kernel. Checks at most `check`
+ * tokens against float64 (all when check >= T); every output must be finite. */
+static void moe_case(experts *x, int T, int topk, int pattern, nb_moe_kernel kern, int accumulate, int check)
+{
+    const int H = x->H, E = x->E;
+    size_t nx = (size_t)T * H, ns = (size_t)T * topk;
+    uint16_t *hx = malloc(nx * 2);
+    float *xf = malloc(nx * 4), *hout = malloc(nx * 4), *prev = malloc(nx * 4), *hw = malloc(ns * 4);
+    int32_t *ids = malloc(ns * 4);
+    for (size_t i = 0; i < nx; i++) {
+        hx[i] = nb_f32_to_bf16(2.0f * frand());
+        xf[i] = nb_bf16_to_f32(hx[i]);
+        prev[i] = frand();
+    }
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < topk; j++) {
+            int e;
+            for (;;) { /* distinct experts per token, as a router picks them */
+                if (pattern == ROUTE_ONE_HOT && j == 0)
+                    e = 3 % E;
+                else if (pattern == ROUTE_FEW)
+                    e = (int)(rnd32() % (uint32_t)(topk + 1));
+                else
+                    e = (int)(rnd32() % (uint32_t)E);
+                int dup = 0;
+                for (int jj = 0; jj < j; jj++) dup |= ids[t * topk + jj] == e;
+                if (!dup) break;
+            }
+            ids[t * topk + j] = (pattern == ROUTE_SKIP && rnd32() % 4 == 0) ? -1 : e;
+            hw[t * topk + j] = 0.1f + 0.9f * (frand() * 0.5f + 0.5f);
+        }
+    void *dx, *dids, *dw, *dout, *dws;
+    size_t wsb = nb_moe_workspace_bytes(&x->dev, T, topk);
+    NB_CHECK(cudaMalloc(&dx, nx * 2) == cudaSuccess);
+    NB_CHECK(cudaMalloc(&dids, ns * 4) == cudaSuccess);
+    NB_CHECK(cudaMalloc(&dw, ns * 4) == cudaSuccess);
+    NB_CHECK(cudaMalloc(&dout, nx * 4) == cudaSuccess);
+    NB_CHECK(cudaMalloc(&dws, wsb) == cudaSuccess);
+    cudaMemcpy(dx, hx, nx * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(dids, ids, ns * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(dw, hw, ns * 4, cudaMemcpyHostToDevice);
+    cudaMemset(dws, 0xff, wsb); /* NaN poison */
+    if (accumulate)
+        cudaMemcpy(dout, prev, nx * 4, cudaMemcpyHostToDevice);
+    else
+        cudaMemset(dout, 0xff, nx * 4);
+    nb_moe_desc d = {T, topk, dx, dids, dw, dout, accumulate, kern, dws, wsb};
+    NB_CHECK_OK(nb_moe_forward(&x->dev, &d, NULL));
+    cudaError_t ce = cudaDeviceSynchronize();
+    NB_CHECK_MSG(ce == cudaSuccess, "%s", cudaGetErrorString(ce));
+    cudaMemcpy(hout, dout, nx * 4, cudaMemcpyDeviceToHost);
+
+    int nonfinite = 0;
+    for (size_t i = 0; i < nx; i++) nonfinite += !isfinite(hout[i]);
+    double err = 0, ref = 0;
+    double *acc = malloc(sizeof(double) * H);
+    int stride = check >= T ? 1 : T / check;
+    for (int t = 0; t < T; t += stride) {
+        for (int h = 0; h < H; h++) acc[h] = accumulate ? prev[(size_t)t * H + h] : 0.0;
+        for (int j = 0; j < topk; j++)
+            if (ids[t * topk + j] >= 0) ref_expert(x, ids[t * topk + j], xf + (size_t)t * H, hw[t * topk + j], acc);
+        for (int h = 0; h < H; h++) {
+            double dd = hout[(size_t)t * H + h] - acc[h];
+            err += dd * dd;
+            ref += acc[h] * acc[h];
+        }
+    }
+    double rel = ref > 0 ? sqrt(err / ref) : sqrt(err);
+    static const char *pn[] = {"uniform", "one-hot", "few", "skip"};
+    fprintf(stderr, "  E=%d H=%d I=%d T=%d k=%d %s %s%s: rel err %.3g, %d non-finite\n", E, H, x->I, T, topk,
+            pn[pattern], nb_moe_kernel_name(kern), accumulate ? " accumulate" : "", rel, nonfinite);
+    NB_CHECK_MSG(nonfinite == 0, "%d outputs are not finite", nonfinite);
+    NB_CHECK_MSG(rel <= NB_TOL_NVFP4_MOE, "rel err %.3g > %g", rel, NB_TOL_NVFP4_MOE);
+    free(acc), free(hx), free(xf), free(hout), free(prev), free(hw), free(ids);
+    cudaFree(dx), cudaFree(dids), cudaFree(dw), cudaFree(dout), cudaFree(dws);
+}
+
+static int gpu_or_skip(void)
+{
+    if (nb_cuda_test_require_gpu()) return 1;
+    nb_test_skip("no CUDA device");
+    return 0;
+}
+
+static void seed(void)
+{
+    rng = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ULL + (uint64_t)clock();
+    fprintf(stderr, "  seed %llu\n", (unsigned long long)rng);
+}
+
+static void test_moe_small(void)
+{
+    if (!gpu_or_skip()) return;
+    seed();
+    experts x;
+    NB_CHECK(experts_make(&x, 16, 512, 256) == 0);
+    const nb_moe_kernel ks[] = {NB_MOE_KERNEL_STREAM, NB_MOE_KERNEL_MMA};
+    for (int ki = 0; ki < 2; ki++) {
+        moe_case(&x, 1, 4, ROUTE_UNIFORM, ks[ki], 0, 1 << 30);
+        moe_case(&x, 5, 4, ROUTE_UNIFORM, ks[ki], 0, 1 << 30);  /* fills no tile */
+        moe_case(&x, 3, 2, ROUTE_UNIFORM, ks[ki], 0, 1 << 30);  /* most experts empty */
+        moe_case(&x, 77, 4, ROUTE_ONE_HOT, ks[ki], 0, 1 << 30); /* 77 tokens on expert 3 */
+        moe_case(&x, 64, 4, ROUTE_FEW, ks[ki], 0, 1 << 30);     /* 5 hot experts, 11 empty */
+        moe_case(&x, 40, 4, ROUTE_SKIP, ks[ki], 0, 1 << 30);    /* ids of -1 */
+        moe_case(&x, 33, 4, ROUTE_UNIFORM, ks[ki], 1, 1 << 30); /* out += */
+    }
+    experts_free(&x);
+}
+
+static void test_moe_big_t(void)
+{
+    if (!gpu_or_skip()) return;
+    seed();
+    experts x;
+    NB_CHECK(experts_make(&x, 16, 256, 256) == 0);
+    moe_case(&x, 16384, 8, ROUTE_UNIFORM, NB_MOE_KERNEL_MMA, 0, 48);
+    moe_case(&x, 16384, 8, ROUTE_UNIFORM, NB_MOE_KERNEL_STREAM, 0, 48);
+    moe_case(&x, 2000, 8, ROUTE_ONE_HOT, NB_MOE_KERNEL_AUTO, 0, 40);
+    experts_free(&x);
+}
+
+static void test_moe_glm5_shape(void)
+{
+    if (!gpu_or_skip()) return;
+    seed();
+    experts x;
+    NB_CHECK(experts_make(&x, 4, 6144, 2048) == 0);
+    moe_case(&x, 2, 2, ROUTE_UNIFORM, NB_MOE_KERNEL_STREAM, 0, 1 << 30);
+    moe_case(&x, 3, 3, ROUTE_UNIFORM, NB_MOE_KERNEL_MMA, 0, 1 << 30);
+    experts_free(&x);
+}
+
+static void test_shared(void)
+{
+    if (!gpu_or_skip()) return;
+    seed();
+    experts x;
+    NB_CHECK(experts_make(&x, 1, 512, 512) == 0);
+    const int T = 37, H = 512;
+    uint16_t *hx = malloc((size_t)T * H * 2);
+    float *xf = malloc((size_t)T * H * 4), *hout = malloc((size_t)T * H * 4), *prev = malloc((size_t)T * H * 4);
+    for (int i = 0; i < T * H; i++) {
+        hx[i] = nb_f32_to_bf16(frand());
+        xf[i] = nb_bf16_to_f32(hx[i]);
+        prev[i] = frand();
+    }
+    void *dx, *dout, *dws;
+    size_t wsb = nb_moe_workspace_bytes(&x.dev, T, 1);
+    NB_CHECK(cudaMalloc(&dx, (size_t)T * H * 2) == cudaSuccess);
+    NB_CHECK(cudaMalloc(&dout, (size_t)T * H * 4) == cudaSuccess);
+    NB_CHECK(cudaMalloc(&dws, wsb) == cudaSuccess);
+    cudaMemcpy(dx, hx, (size_t)T * H * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(dout, prev, (size_t)T * H * 4, cudaMemcpyHostToDevice);
+    cudaMemset(dws, 0xff, wsb);
+    NB_CHECK_OK(nb_moe_shared_forward(&x.dev, dx, T, dout, 1, dws, wsb, NULL));
+    NB_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    cudaMemcpy(hout, dout, (size_t)T * H * 4, cudaMemcpyDeviceToHost);
+    double err = 0, ref = 0, *acc = malloc(sizeof(double) * H);
+    for (int t = 0; t < T; t++) {
+        for (int h = 0; h < H; h++) acc[h] = prev[t * H + h];
+        ref_expert(&x, 0, xf + (size_t)t * H, 1.0, acc);
+        for (int h = 0; h < H; h++) {
+            double dd = hout[t * H + h] - acc[h];
+            err += dd * dd, ref += acc[h] * acc[h];
+        }
+    }
+    double rel = sqrt(err / ref);
+    fprintf(stderr, "  shared expert T=%d H=%d I=512 accumulate: rel err %.3g\n", T, H, rel);
+    NB_CHECK_MSG(rel <= NB_TOL_NVFP4_MOE, "rel err %.3g", rel);
+    free(acc), free(hx), free(xf), free(hout), free(prev);
+    cudaFree(dx), cudaFree(dout), cudaFree(dws);
+    experts_free(&x);
+}
+
+/* ---- router ---------------------------------------------------------------------------- */
+
+/* CPU router in float64 scores (the GPU's float32 picks the same ids unless two scores
+ * are within rounding, which random logits make vanishingly rare). */
+static void ref_router(const nb_moe_router_desc *d, const float *logits, const float *bias, int t, int32_t *oid,
+                       double *ow)
+{
+    const int E = d->experts, ng = d->group ? d->n_group : 1, tg = d->group ? d->topk_group : 1, per = E / ng;
+    double score[1024], choice[1024], gscore[32];
+    int mask[1024], gmask[32];
+    const float *l = logits + (size_t)t * E;
+    if (d->score == 0) {
+        double m = -INFINITY, sum = 0;
+        for (int e = 0; e < E; e++) m = l[e] > m ? l[e] : m;
+        for (int e = 0; e < E; e++) sum += score[e] = exp(l[e] - m);
+        for (int e = 0; e < E; e++) score[e] /= sum;
+    } else {
+        for (int e = 0; e < E; e++) score[e] = 1.0 / (1.0 + exp(-(double)l[e]));
+    }
+    for (int e = 0; e < E; e++) choice[e] = score[e] + (bias ? bias[e] : 0.0);
+    for (int g = 0; g < ng; g++) {
+        const double *c = choice + g * per;
+        int a = 0;
+        for (int i = 1; i < per; i++) a = c[i] > c[a] ? i : a;
+        if (d->group == 2 && per >= 2) {
+            int b = a == 0 ? 1 : 0;
+            for (int i = 0; i < per; i++)
+                if (i != a && c[i] > c[b]) b = i;
+            gscore[g] = c[a] + c[b];
+        } else {
+            gscore[g] = c[a];
+        }
+        gmask[g] = 1;
+    }
+    for (int e = 0; e < E; e++) mask[e] = 0;
+    for (int s = 0; s < tg; s++) {
+        int best = -1;
+        for (int g = 0; g < ng; g++)
+            if (gmask[g] && (best < 0 || gscore[g] > gscore[best])) best = g;
+        gmask[best] = 0;
+        for (int i = 0; i < per; i++) mask[best * per + i] = 1;
+    }
+    double sum = 0;
+    for (int s = 0; s < d->topk; s++) {
+        int best = -1;
+        for (int e = 0; e < E; e++)
+            if (mask[e] && (best < 0 || choice[e] > choice[best])) best = e;
+        mask[best] = 0;
+        oid[s] = best;
+        ow[s] = score[best];
+        sum += score[best];
+    }
+    for (int s = 0; s < d->topk; s++) {
+        if (d->norm_topk_prob) ow[s] /= sum + 1e-20;
+        ow[s] *= d->routed_scaling_factor;
+    }
+}
+
+static void router_case(int T, int E, int k, int score, int group, int ng, int tg, int norm, float rsf, int use_bias)
+{
+    float *logits = malloc(sizeof(float) * T * E), *bias = malloc(sizeof(float) * E), *w = malloc(sizeof(float) * T * k);
+    int32_t *ids = malloc(sizeof(int32_t) * T * k);
+    for (int i = 0; i < T * E; i++) logits[i] = 4.0f * frand();
+    for (int e = 0; e < E; e++) bias[e] = 0.1f * frand();
+    void *dl, *db, *di, *dw;
+    NB_CHECK(cudaMalloc(&dl, sizeof(float) * T * E) == cudaSuccess);
+    NB_CHECK(cudaMalloc(&db, sizeof(float) * E) == cudaSuccess);
+    NB_CHECK(cudaMalloc(&di, sizeof(int32_t) * T * k) == cudaSuccess);
+    NB_CHECK(cudaMalloc(&dw, sizeof(float) * T * k) == cudaSuccess);
+    cudaMemcpy(dl, logits, sizeof(float) * T * E, cudaMemcpyHostToDevice);
+    cudaMemcpy(db, bias, sizeof(float) * E, cudaMemcpyHostToDevice);
+    cudaMemset(di, 0xff, sizeof(int32_t) * T * k);
+    cudaMemset(dw, 0xff, sizeof(float) * T * k);
+    nb_moe_router_desc d = {T, E, k, score, group, ng, tg, norm, rsf, dl, use_bias ? db : NULL, di, dw};
+    NB_CHECK_OK(nb_moe_router(&d, NULL));
+    NB_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    cudaMemcpy(ids, di, sizeof(int32_t) * T * k, cudaMemcpyDeviceToHost);
+    cudaMemcpy(w, dw, sizeof(float) * T * k, cudaMemcpyDeviceToHost);
+    int bad_ids = 0;
+    double maxrel = 0;
+    for (int t = 0; t < T; t++) {
+        int32_t rid[32];
+        double rw[32];
+        ref_router(&d, logits, use_bias ? bias : NULL, t, rid, rw);
+        for (int s = 0; s < k; s++) {
+            if (rid[s] != ids[t * k + s]) {
+                if (bad_ids < 3) fprintf(stderr, "  token %d pick %d: id %d, want %d\n", t, s, ids[t * k + s], rid[s]);
+                bad_ids++;
+            }
+            double r = fabs(w[t * k + s] - rw[s]) / fabs(rw[s]);
+            if (!(r <= maxrel)) maxrel = isnan(r) ? INFINITY : r;
+        }
+    }
+    fprintf(stderr, "  router T=%d E=%d k=%d score=%d group=%d (%d/%d) norm=%d: %d id mismatches, weight rel %.3g\n", T,
+            E, k, score, group, tg, ng, norm, bad_ids, maxrel);
+    NB_CHECK(bad_ids == 0);
+    NB_CHECK_MSG(maxrel <= NB_TOL_ROUTER_WEIGHT, "weight rel err %.3g", maxrel);
+    free(logits), free(bias), free(w), free(ids);
+    cudaFree(dl), cudaFree(db), cudaFree(di), cudaFree(dw);
+}
+
+static void test_router(void)
+{
+    if (!gpu_or_skip()) return;
+    seed();
+    router_case(300, 256, 8, 1, 2, 8, 4, 1, 2.5f, 1); /* DeepSeek-V3 / GLM noaux_tc */
+    router_case(77, 256, 8, 1, 0, 1, 1, 1, 2.5f, 1);  /* GLM-5: one group */
+    router_case(50, 128, 8, 0, 0, 1, 1, 0, 1.0f, 0);  /* Qwen3-MoE softmax */
+    router_case(40, 64, 6, 0, 1, 8, 3, 1, 1.0f, 0);   /* group_limited_greedy */
+    router_case(1, 1024, 32, 1, 0, 1, 1, 1, 1.0f, 1); /* widest */
+}
+
+static const nb_test tests[] = {
+    {"repack", test_repack},       {"moe_small", test_moe_small}, {"moe_big_t", test_moe_big_t},
+    {"moe_glm5_shape", test_moe_glm5_shape}, {"shared", test_shared},   {"router", test_router},
+};
+
+int main(int argc, char **argv) { return nb_test_main(tests, NB_ARRAY_LEN(tests), argc, argv); }
