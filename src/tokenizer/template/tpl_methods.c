@@ -1,0 +1,749 @@
+/* Methods and globals of the chat-template interpreter: the Python str / dict / list
+ * methods chat templates call (startswith, split, strip, format, items, get, ...), the
+ * sandbox's refusal of mutating methods (list.append, dict.update: "unsafe" as in
+ * jinja2's ImmutableSandboxedEnvironment), the globals range / dict / namespace /
+ * raise_exception / strftime_now, and the argument binder every builtin uses.
+ * Exercised by tests/template/test_template.c and the jinja2 comparison checks. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tokenizer/template/tpl_internal.h"
+
+nb_status tpl_bind_args(tpl_ctx *c, int line, const char *fname, const char *const *params, int nparams,
+                        const tv *args, int nargs, const char **kwn, const tv *kwv, int nkw, tv *slot)
+{
+    for (int i = 0; i < nparams; i++) slot[i].t = TV_ABSENT;
+    if (nargs > nparams)
+        return tpl_fail(c, line, "%s() takes at most %d argument%s (%d given)", fname, nparams, nparams == 1 ? "" : "s",
+                        nargs);
+    for (int i = 0; i < nargs; i++) slot[i] = args[i];
+    for (int k = 0; k < nkw; k++) {
+        int p;
+        for (p = 0; p < nparams; p++)
+            if (!strcmp(params[p], kwn[k])) break;
+        if (p == nparams) return tpl_fail(c, line, "%s() got an unexpected keyword argument '%s'", fname, kwn[k]);
+        if (slot[p].t != TV_ABSENT) return tpl_fail(c, line, "%s() got multiple values for argument '%s'", fname, kwn[k]);
+        slot[p] = kwv[k];
+    }
+    return NB_OK;
+}
+
+static tv mkfunc(tpl_ctx *c, tpl_func_kind kind, const char *name, tv self)
+{
+    tv v = {0};
+    tpl_func *f = tpl_alloc(&c->arena, sizeof(tpl_func));
+    if (!f) return tv_undef(NULL);
+    f->kind = kind;
+    f->name = name;
+    f->self = self;
+    v.t = TV_FUNC;
+    v.u.fn = f;
+    return v;
+}
+
+static const char *const STR_METHODS[] = {
+    "startswith", "endswith", "split", "rsplit", "strip", "lstrip", "rstrip", "replace", "upper", "lower",
+    "title", "capitalize", "find", "rfind", "count", "format", "join", "isdigit", "isalpha", "isalnum",
+    "isspace", "isupper", "islower", "splitlines", "index", "swapcase", "casefold", "zfill", "center",
+    "ljust", "rjust", "partition", "rpartition", "removeprefix", "removesuffix", "isnumeric", "isdecimal",
+    "istitle", "expandtabs", "encode", "rindex", "isidentifier", "isprintable", "isascii", "format_map"};
+static const char *const DICT_METHODS[] = {"items", "keys", "values", "get", "copy"};
+static const char *const DICT_UNSAFE[] = {"pop", "popitem", "update", "clear", "setdefault"};
+static const char *const LIST_METHODS[] = {"index", "count", "copy"};
+static const char *const LIST_UNSAFE[] = {"append", "extend", "insert", "pop", "remove", "reverse", "sort", "clear"};
+
+static int in_list(const char *name, const char *const *list, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(name, list[i])) return 1;
+    return 0;
+}
+
+int tpl_method_lookup(tpl_ctx *c, tv v, const char *name, tv *out)
+{
+    const char *unsafe_type = NULL;
+    if (v.t == TV_STR && in_list(name, STR_METHODS, NB_ARRAY_LEN(STR_METHODS))) {
+        *out = mkfunc(c, TF_METHOD, name, v);
+        return 1;
+    }
+    if (v.t == TV_DICT) {
+        if (in_list(name, DICT_METHODS, NB_ARRAY_LEN(DICT_METHODS))) {
+            *out = mkfunc(c, TF_METHOD, name, v);
+            return 1;
+        }
+        if (in_list(name, DICT_UNSAFE, NB_ARRAY_LEN(DICT_UNSAFE))) unsafe_type = "dict";
+    }
+    if (v.t == TV_LIST) {
+        if (in_list(name, LIST_METHODS, NB_ARRAY_LEN(LIST_METHODS)) && !((v.flag & TV_F_TUPLE) && !strcmp(name, "copy"))) {
+            *out = mkfunc(c, TF_METHOD, name, v);
+            return 1;
+        }
+        if (!(v.flag & TV_F_TUPLE) && in_list(name, LIST_UNSAFE, NB_ARRAY_LEN(LIST_UNSAFE))) unsafe_type = "list";
+    }
+    if (unsafe_type) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "access to attribute '%s' of '%s' object is unsafe.", name, unsafe_type);
+        *out = tv_undef(tpl_strndup(&c->arena, msg, strlen(msg)));
+        out->flag = TV_F_UNSAFE;
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- str methods ------------------------------------------------------------------------ */
+static nb_status new_str(tpl_ctx *c, int line, tpl_buf *b, tv *out)
+{
+    char *p = tpl_strndup(&c->arena, b->p ? b->p : "", b->n);
+    size_t n = b->n;
+    int failed = b->failed;
+    tpl_buf_free(b);
+    if (!p || failed) return tpl_oom(c, line);
+    *out = tv_str(p, n);
+    return NB_OK;
+}
+
+static int cp_in(uint32_t cp, tv chars)
+{
+    size_t i = 0;
+    while (i < chars.u.s.n)
+        if (tpl_utf8_next(chars.u.s.p, chars.u.s.n, &i) == cp) return 1;
+    return 0;
+}
+
+/* Python str.strip family: which = 1 left, 2 right, 3 both; chars NONE = whitespace. */
+tv tpl_str_strip(tv s, tv chars, int which)
+{
+    const char *p = s.u.s.p;
+    size_t n = s.u.s.n, a = 0, b = n;
+    int ws = chars.t != TV_STR;
+    if (which & 1) {
+        while (a < n) {
+            size_t j = a;
+            uint32_t cp = tpl_utf8_next(p, n, &j);
+            if (ws ? !tpl_py_isspace(cp) : !cp_in(cp, chars)) break;
+            a = j;
+        }
+    }
+    if (which & 2) {
+        while (b > a) {
+            size_t j = b - 1;
+            while (j > a && ((unsigned char)p[j] & 0xC0) == 0x80) j--;
+            size_t k = j;
+            uint32_t cp = tpl_utf8_next(p, n, &k);
+            if (ws ? !tpl_py_isspace(cp) : !cp_in(cp, chars)) break;
+            b = j;
+        }
+    }
+    return tv_str(p + a, b - a);
+}
+
+/* Case mapping per code point: mode 0 lower, 1 upper, 2 capitalize, 3 Python title, 4 swapcase. */
+nb_status tpl_str_case(tpl_ctx *c, int line, tv s, int mode, tv *out)
+{
+    tpl_buf b = {0};
+    size_t i = 0;
+    int first = 1, prev_cased = 0;
+    while (i < s.u.s.n) {
+        uint32_t cp = tpl_utf8_next(s.u.s.p, s.u.s.n, &i), r = cp;
+        switch (mode) {
+        case 0: r = tpl_lower(cp); break;
+        case 1: r = tpl_upper(cp); break;
+        case 2: r = first ? tpl_upper(cp) : tpl_lower(cp); break;
+        case 3: r = prev_cased ? tpl_lower(cp) : tpl_upper(cp); break;
+        case 4: r = tpl_lower(cp) != cp ? tpl_lower(cp) : tpl_upper(cp); break;
+        }
+        prev_cased = tpl_is_cased_letter(cp);
+        first = 0;
+        tpl_buf_utf8(&b, r);
+    }
+    return new_str(c, line, &b, out);
+}
+
+static nb_status str_split(tpl_ctx *c, int line, tv s, tv sep, int64_t maxsplit, int from_right, tv *out)
+{
+    tv l = tv_list_new(&c->arena, 0);
+    if (!l.u.l) return tpl_oom(c, line);
+    const char *p = s.u.s.p;
+    size_t n = s.u.s.n;
+    if (sep.t == TV_STR) {
+        if (sep.u.s.n == 0) return tpl_fail(c, line, "empty separator");
+        /* collect all split points, then honour maxsplit from the chosen side */
+        size_t cap = 16, np = 0, *pos = malloc(cap * sizeof(size_t));
+        if (!pos) return tpl_oom(c, line);
+        for (size_t i = 0; i + sep.u.s.n <= n;) {
+            if (!memcmp(p + i, sep.u.s.p, sep.u.s.n)) {
+                if (np == cap) {
+                    size_t *np2 = realloc(pos, (cap *= 2) * sizeof(size_t));
+                    if (!np2) {
+                        free(pos);
+                        return tpl_oom(c, line);
+                    }
+                    pos = np2;
+                }
+                pos[np++] = i;
+                i += sep.u.s.n;
+            } else i++;
+        }
+        size_t first = 0, use = np;
+        if (maxsplit >= 0 && (size_t)maxsplit < np) {
+            use = (size_t)maxsplit;
+            if (from_right) first = np - use;
+        }
+        size_t start = 0;
+        int bad = 0;
+        for (size_t k = first; k < first + use && !bad; k++) {
+            bad |= tpl_list_push(&c->arena, l.u.l, tv_str(p + start, pos[k] - start));
+            start = pos[k] + sep.u.s.n;
+        }
+        bad |= tpl_list_push(&c->arena, l.u.l, tv_str(p + start, n - start));
+        free(pos);
+        if (bad) return tpl_oom(c, line);
+        *out = l;
+        return NB_OK;
+    }
+    /* whitespace split: runs of whitespace, no empty strings */
+    size_t cap = 16, nw = 0, (*w)[2] = malloc(cap * sizeof *w);
+    if (!w) return tpl_oom(c, line);
+    size_t i = 0;
+    while (i < n) {
+        size_t j = i;
+        uint32_t cp = tpl_utf8_next(p, n, &j);
+        if (tpl_py_isspace(cp)) {
+            i = j;
+            continue;
+        }
+        size_t st = i;
+        while (i < n) {
+            j = i;
+            cp = tpl_utf8_next(p, n, &j);
+            if (tpl_py_isspace(cp)) break;
+            i = j;
+        }
+        if (nw == cap) {
+            void *nw2 = realloc(w, (cap *= 2) * sizeof *w);
+            if (!nw2) {
+                free(w);
+                return tpl_oom(c, line);
+            }
+            w = nw2;
+        }
+        w[nw][0] = st;
+        w[nw][1] = i;
+        nw++;
+    }
+    int bad = 0;
+    if (maxsplit < 0 || (size_t)maxsplit + 1 >= nw) {
+        for (size_t k = 0; k < nw; k++) bad |= tpl_list_push(&c->arena, l.u.l, tv_str(p + w[k][0], w[k][1] - w[k][0]));
+    } else if (!from_right) {
+        for (size_t k = 0; k < (size_t)maxsplit; k++)
+            bad |= tpl_list_push(&c->arena, l.u.l, tv_str(p + w[k][0], w[k][1] - w[k][0]));
+        bad |= tpl_list_push(&c->arena, l.u.l, tv_str(p + w[maxsplit][0], n - w[maxsplit][0]));
+    } else {
+        size_t keep = nw - (size_t)maxsplit;
+        bad |= tpl_list_push(&c->arena, l.u.l, tv_str(p, w[keep - 1][1]));
+        for (size_t k = keep; k < nw; k++) bad |= tpl_list_push(&c->arena, l.u.l, tv_str(p + w[k][0], w[k][1] - w[k][0]));
+    }
+    free(w);
+    if (bad) return tpl_oom(c, line);
+    *out = l;
+    return NB_OK;
+}
+
+nb_status tpl_str_replace(tpl_ctx *c, int line, tv s, tv old, tv rep, int64_t count, tv *out)
+{
+    tpl_buf b = {0};
+    const char *p = s.u.s.p;
+    size_t n = s.u.s.n, i = 0;
+    int64_t done = 0;
+    if (old.u.s.n == 0) {
+        /* Python inserts the replacement between every character and at both ends */
+        while (count < 0 || done < count) {
+            tpl_buf_put(&b, rep.u.s.p, rep.u.s.n);
+            done++;
+            if (i >= n) break;
+            size_t j = i;
+            tpl_utf8_next(p, n, &j);
+            tpl_buf_put(&b, p + i, j - i);
+            i = j;
+        }
+        tpl_buf_put(&b, p + i, n - i);
+        return new_str(c, line, &b, out);
+    }
+    while (i < n) {
+        const char *hit = (count < 0 || done < count) ? memmem(p + i, n - i, old.u.s.p, old.u.s.n) : NULL;
+        if (!hit) break;
+        tpl_buf_put(&b, p + i, (size_t)(hit - (p + i)));
+        tpl_buf_put(&b, rep.u.s.p, rep.u.s.n);
+        i = (size_t)(hit - p) + old.u.s.n;
+        done++;
+    }
+    tpl_buf_put(&b, p + i, n - i);
+    return new_str(c, line, &b, out);
+}
+
+/* str.format with {} / {0} / {name} fields and {{ }} escapes; a format spec or conversion
+ * is refused rather than ignored. */
+static nb_status str_format(tpl_ctx *c, int line, tv s, const tv *args, int nargs, const char **kwn, const tv *kwv,
+                            int nkw, tv *out)
+{
+    tpl_buf b = {0};
+    const char *p = s.u.s.p;
+    size_t n = s.u.s.n;
+    int auto_idx = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] == '{' && i + 1 < n && p[i + 1] == '{') {
+            tpl_buf_putc(&b, '{');
+            i++;
+        } else if (p[i] == '}' && i + 1 < n && p[i + 1] == '}') {
+            tpl_buf_putc(&b, '}');
+            i++;
+        } else if (p[i] == '{') {
+            size_t j = i + 1;
+            while (j < n && p[j] != '}') j++;
+            if (j >= n) {
+                tpl_buf_free(&b);
+                return tpl_fail(c, line, "Single '{' encountered in format string");
+            }
+            const char *f = p + i + 1;
+            size_t fl = j - i - 1;
+            tv v;
+            int ok = 0;
+            if (memchr(f, ':', fl) || memchr(f, '!', fl) || memchr(f, '.', fl) || memchr(f, '[', fl)) {
+                tpl_buf_free(&b);
+                return tpl_fail(c, line, "str.format: format specs, conversions and nested fields are not supported");
+            }
+            if (fl == 0) {
+                if (auto_idx < nargs) v = args[auto_idx], ok = 1;
+                auto_idx++;
+            } else if (f[0] >= '0' && f[0] <= '9') {
+                int k = atoi(f);
+                if (k < nargs) v = args[k], ok = 1;
+            } else {
+                for (int k = 0; k < nkw; k++)
+                    if (strlen(kwn[k]) == fl && !memcmp(kwn[k], f, fl)) v = kwv[k], ok = 1;
+            }
+            if (!ok) {
+                tpl_buf_free(&b);
+                return tpl_fail(c, line, "str.format: no argument for field '{%.*s}'", (int)fl, f);
+            }
+            tv_str_to(&b, v);
+            i = j;
+        } else if (p[i] == '}') {
+            tpl_buf_free(&b);
+            return tpl_fail(c, line, "Single '}' encountered in format string");
+        } else tpl_buf_putc(&b, p[i]);
+    }
+    return new_str(c, line, &b, out);
+}
+
+static int64_t cp_index_of(tv s, size_t byte_off) { return (int64_t)tpl_utf8_len(s.u.s.p, byte_off); }
+
+static int need_str(tv v) { return v.t == TV_STR; }
+
+static nb_status call_str_method(tpl_ctx *c, int line, tv s, const char *m, const tv *args, int nargs, const char **kwn,
+                                 const tv *kwv, int nkw, tv *out)
+{
+    tv a[3];
+    if (!strcmp(m, "format")) return str_format(c, line, s, args, nargs, kwn, kwv, nkw, out);
+    if (!strcmp(m, "startswith") || !strcmp(m, "endswith")) {
+        static const char *const P[] = {"prefix", "start", "end"};
+        NB_TRY(tpl_bind_args(c, line, m, P, 3, args, nargs, kwn, kwv, nkw, a));
+        if (a[1].t != TV_ABSENT || a[2].t != TV_ABSENT)
+            return tpl_fail(c, line, "str.%s: start/end arguments are not supported", m);
+        const tv *cands = &a[0];
+        size_t nc = 1;
+        if (a[0].t == TV_LIST && (a[0].flag & TV_F_TUPLE)) {
+            cands = a[0].u.l->v;
+            nc = a[0].u.l->n;
+        }
+        int r = 0;
+        for (size_t i = 0; i < nc; i++) {
+            tv x = cands[i];
+            if (!need_str(x)) return tpl_fail(c, line, "%s first arg must be str or a tuple of str, not %s", m, tv_type_name(x));
+            if (x.u.s.n <= s.u.s.n &&
+                !memcmp(m[0] == 's' ? s.u.s.p : s.u.s.p + s.u.s.n - x.u.s.n, x.u.s.p, x.u.s.n))
+                r = 1;
+        }
+        *out = tv_bool(r);
+        return NB_OK;
+    }
+    if (!strcmp(m, "split") || !strcmp(m, "rsplit")) {
+        static const char *const P[] = {"sep", "maxsplit"};
+        NB_TRY(tpl_bind_args(c, line, m, P, 2, args, nargs, kwn, kwv, nkw, a));
+        if (a[0].t != TV_ABSENT && a[0].t != TV_NONE && a[0].t != TV_STR)
+            return tpl_fail(c, line, "must be str or None, not %s", tv_type_name(a[0]));
+        int64_t maxsplit = a[1].t == TV_ABSENT ? -1 : a[1].u.i;
+        if (a[1].t != TV_ABSENT && a[1].t != TV_INT) return tpl_fail(c, line, "maxsplit must be an integer");
+        return str_split(c, line, s, a[0], maxsplit, m[0] == 'r', out);
+    }
+    if (!strcmp(m, "strip") || !strcmp(m, "lstrip") || !strcmp(m, "rstrip")) {
+        static const char *const P[] = {"chars"};
+        NB_TRY(tpl_bind_args(c, line, m, P, 1, args, nargs, kwn, kwv, nkw, a));
+        if (a[0].t != TV_ABSENT && a[0].t != TV_NONE && a[0].t != TV_STR)
+            return tpl_fail(c, line, "%s arg must be None or str", m);
+        *out = tpl_str_strip(s, a[0], m[0] == 'l' ? 1 : m[0] == 'r' ? 2 : 3);
+        return NB_OK;
+    }
+    if (!strcmp(m, "replace")) {
+        static const char *const P[] = {"old", "new", "count"};
+        NB_TRY(tpl_bind_args(c, line, m, P, 3, args, nargs, kwn, kwv, nkw, a));
+        if (!need_str(a[0]) || !need_str(a[1])) return tpl_fail(c, line, "replace() arguments must be str");
+        return tpl_str_replace(c, line, s, a[0], a[1], a[2].t == TV_INT ? a[2].u.i : -1, out);
+    }
+    if (!strcmp(m, "removeprefix") || !strcmp(m, "removesuffix")) {
+        static const char *const P[] = {"fix"};
+        NB_TRY(tpl_bind_args(c, line, m, P, 1, args, nargs, kwn, kwv, nkw, a));
+        if (!need_str(a[0])) return tpl_fail(c, line, "%s() argument must be str", m);
+        *out = s;
+        if (a[0].u.s.n <= s.u.s.n) {
+            if (m[6] == 'p' && !memcmp(s.u.s.p, a[0].u.s.p, a[0].u.s.n)) *out = tv_str(s.u.s.p + a[0].u.s.n, s.u.s.n - a[0].u.s.n);
+            if (m[6] == 's' && !memcmp(s.u.s.p + s.u.s.n - a[0].u.s.n, a[0].u.s.p, a[0].u.s.n))
+                *out = tv_str(s.u.s.p, s.u.s.n - a[0].u.s.n);
+        }
+        return NB_OK;
+    }
+    if (!strcmp(m, "upper") || !strcmp(m, "lower") || !strcmp(m, "title") || !strcmp(m, "capitalize") ||
+        !strcmp(m, "swapcase") || !strcmp(m, "casefold")) {
+        NB_TRY(tpl_bind_args(c, line, m, NULL, 0, args, nargs, kwn, kwv, nkw, a));
+        int mode = m[0] == 'u' ? 1 : (m[0] == 'l' || !strcmp(m, "casefold")) ? 0 : m[0] == 't' ? 3 : m[0] == 'c' ? 2 : 4;
+        return tpl_str_case(c, line, s, mode, out);
+    }
+    if (!strcmp(m, "find") || !strcmp(m, "rfind") || !strcmp(m, "index") || !strcmp(m, "rindex") || !strcmp(m, "count")) {
+        static const char *const P[] = {"sub", "start", "end"};
+        NB_TRY(tpl_bind_args(c, line, m, P, 3, args, nargs, kwn, kwv, nkw, a));
+        if (!need_str(a[0])) return tpl_fail(c, line, "must be str, not %s", tv_type_name(a[0]));
+        if (a[1].t != TV_ABSENT || a[2].t != TV_ABSENT) return tpl_fail(c, line, "str.%s: start/end are not supported", m);
+        const char *p = s.u.s.p, *sub = a[0].u.s.p;
+        size_t n = s.u.s.n, k = a[0].u.s.n;
+        if (m[0] == 'c') {
+            int64_t cnt = 0;
+            if (k == 0) cnt = (int64_t)tpl_utf8_len(p, n) + 1;
+            else
+                for (size_t i = 0; i + k <= n;) {
+                    if (!memcmp(p + i, sub, k)) cnt++, i += k;
+                    else i++;
+                }
+            *out = tv_int(cnt);
+            return NB_OK;
+        }
+        int64_t at = -1;
+        if (m[0] == 'r') {
+            for (size_t i = n - (k <= n ? k : n) + 1; k <= n && i > 0; i--)
+                if (!memcmp(p + i - 1, sub, k)) {
+                    at = cp_index_of(s, i - 1);
+                    break;
+                }
+        } else {
+            const char *h = k == 0 ? p : memmem(p, n, sub, k);
+            if (h) at = cp_index_of(s, (size_t)(h - p));
+        }
+        if (at < 0 && strstr(m, "index")) return tpl_fail(c, line, "substring not found");
+        *out = tv_int(at);
+        return NB_OK;
+    }
+    if (!strcmp(m, "join")) {
+        static const char *const P[] = {"iterable"};
+        NB_TRY(tpl_bind_args(c, line, m, P, 1, args, nargs, kwn, kwv, nkw, a));
+        if (a[0].t == TV_ABSENT) return tpl_fail(c, line, "join() takes exactly one argument");
+        tpl_list *items;
+        NB_TRY(tpl_iterate(c, line, a[0], &items));
+        tpl_buf b = {0};
+        for (size_t i = 0; i < items->n; i++) {
+            if (items->v[i].t != TV_STR) {
+                tpl_buf_free(&b);
+                return tpl_fail(c, line, "sequence item %zu: expected str instance, %s found", i, tv_type_name(items->v[i]));
+            }
+            if (i) tpl_buf_put(&b, s.u.s.p, s.u.s.n);
+            tpl_buf_put(&b, items->v[i].u.s.p, items->v[i].u.s.n);
+        }
+        return new_str(c, line, &b, out);
+    }
+    if (!strncmp(m, "is", 2)) {
+        NB_TRY(tpl_bind_args(c, line, m, NULL, 0, args, nargs, kwn, kwv, nkw, a));
+        size_t i = 0;
+        int all = s.u.s.n > 0, any_cased = 0, upper = 0, lower = 0;
+        if (!strcmp(m, "isascii") || !strcmp(m, "isprintable")) all = 1;
+        while (i < s.u.s.n) {
+            uint32_t cp = tpl_utf8_next(s.u.s.p, s.u.s.n, &i);
+            int ok;
+            if (!strcmp(m, "isdigit") || !strcmp(m, "isdecimal") || !strcmp(m, "isnumeric")) ok = cp >= '0' && cp <= '9';
+            else if (!strcmp(m, "isalpha")) ok = tpl_is_cased_letter(cp) || (cp >= 0x80 && tpl_upper(cp) == cp && tpl_lower(cp) == cp && tpl_py_isprintable(cp) && !tpl_py_isspace(cp));
+            else if (!strcmp(m, "isalnum")) ok = (cp >= '0' && cp <= '9') || tpl_is_cased_letter(cp) || cp >= 0x80;
+            else if (!strcmp(m, "isspace")) ok = tpl_py_isspace(cp);
+            else if (!strcmp(m, "isascii")) ok = cp < 0x80;
+            else if (!strcmp(m, "isprintable")) ok = tpl_py_isprintable(cp);
+            else if (!strcmp(m, "isidentifier")) ok = cp == '_' || tpl_is_cased_letter(cp) || (i > 1 && cp >= '0' && cp <= '9');
+            else {
+                ok = 1;
+                if (tpl_is_cased_letter(cp)) {
+                    any_cased = 1;
+                    if (tpl_upper(cp) == cp && tpl_lower(cp) != cp) upper = 1;
+                    else lower = 1;
+                }
+            }
+            if (!ok) all = 0;
+        }
+        if (!strcmp(m, "isupper")) all = any_cased && !lower;
+        else if (!strcmp(m, "islower")) all = any_cased && !upper;
+        else if (!strcmp(m, "istitle")) return tpl_fail(c, line, "str.istitle is not supported");
+        *out = tv_bool(all);
+        return NB_OK;
+    }
+    if (!strcmp(m, "splitlines")) {
+        NB_TRY(tpl_bind_args(c, line, m, NULL, 0, args, nargs, kwn, kwv, nkw, a));
+        tv l = tv_list_new(&c->arena, 0);
+        if (!l.u.l) return tpl_oom(c, line);
+        size_t st = 0, i = 0, n = s.u.s.n;
+        const char *p = s.u.s.p;
+        while (i < n) {
+            if (p[i] == '\n' || p[i] == '\r') {
+                if (tpl_list_push(&c->arena, l.u.l, tv_str(p + st, i - st))) return tpl_oom(c, line);
+                if (p[i] == '\r' && i + 1 < n && p[i + 1] == '\n') i++;
+                st = ++i;
+            } else i++;
+        }
+        if (st < n && tpl_list_push(&c->arena, l.u.l, tv_str(p + st, n - st))) return tpl_oom(c, line);
+        *out = l;
+        return NB_OK;
+    }
+    if (!strcmp(m, "partition") || !strcmp(m, "rpartition")) {
+        static const char *const P[] = {"sep"};
+        NB_TRY(tpl_bind_args(c, line, m, P, 1, args, nargs, kwn, kwv, nkw, a));
+        if (!need_str(a[0]) || a[0].u.s.n == 0) return tpl_fail(c, line, "%s: bad separator", m);
+        const char *p = s.u.s.p, *h = NULL;
+        size_t n = s.u.s.n, k = a[0].u.s.n;
+        if (m[0] == 'p') h = memmem(p, n, a[0].u.s.p, k);
+        else
+            for (size_t i = n >= k ? n - k + 1 : 0; i > 0; i--)
+                if (!memcmp(p + i - 1, a[0].u.s.p, k)) {
+                    h = p + i - 1;
+                    break;
+                }
+        tv t = tv_list_new(&c->arena, 3);
+        if (!t.u.l) return tpl_oom(c, line);
+        t.flag = TV_F_TUPLE;
+        t.u.l->n = 3;
+        if (!h) {
+            tv e = tv_str("", 0);
+            t.u.l->v[0] = m[0] == 'p' ? s : e;
+            t.u.l->v[1] = e;
+            t.u.l->v[2] = m[0] == 'p' ? e : s;
+        } else {
+            t.u.l->v[0] = tv_str(p, (size_t)(h - p));
+            t.u.l->v[1] = a[0];
+            t.u.l->v[2] = tv_str(h + k, n - (size_t)(h - p) - k);
+        }
+        *out = t;
+        return NB_OK;
+    }
+    if (!strcmp(m, "zfill") || !strcmp(m, "center") || !strcmp(m, "ljust") || !strcmp(m, "rjust")) {
+        static const char *const P[] = {"width", "fillchar"};
+        NB_TRY(tpl_bind_args(c, line, m, P, 2, args, nargs, kwn, kwv, nkw, a));
+        if (a[0].t != TV_INT) return tpl_fail(c, line, "%s: width must be an integer", m);
+        tv fill = a[1].t == TV_STR ? a[1] : tv_str(m[0] == 'z' ? "0" : " ", 1);
+        int64_t len = (int64_t)tpl_utf8_len(s.u.s.p, s.u.s.n), pad = a[0].u.i - len;
+        if (pad <= 0) {
+            *out = s;
+            return NB_OK;
+        }
+        if (pad > (1 << 20)) return tpl_oom(c, line);
+        int64_t left = m[0] == 'r' || m[0] == 'z' ? pad : m[0] == 'l' ? 0 : pad / 2 + (pad & a[0].u.i & 1);
+        tpl_buf b = {0};
+        size_t st = 0;
+        if (m[0] == 'z' && s.u.s.n && (s.u.s.p[0] == '-' || s.u.s.p[0] == '+')) {
+            tpl_buf_putc(&b, s.u.s.p[0]);
+            st = 1;
+        }
+        for (int64_t i = 0; i < left; i++) tpl_buf_put(&b, fill.u.s.p, fill.u.s.n);
+        tpl_buf_put(&b, s.u.s.p + st, s.u.s.n - st);
+        for (int64_t i = left; i < pad; i++) tpl_buf_put(&b, fill.u.s.p, fill.u.s.n);
+        return new_str(c, line, &b, out);
+    }
+    return tpl_fail(c, line, "str.%s() is not supported", m);
+}
+
+static nb_status call_dict_method(tpl_ctx *c, int line, tv d, const char *m, const tv *args, int nargs,
+                                  const char **kwn, const tv *kwv, int nkw, tv *out)
+{
+    tv a[2];
+    if (!strcmp(m, "get")) {
+        static const char *const P[] = {"key", "default"};
+        NB_TRY(tpl_bind_args(c, line, "get", P, 2, args, nargs, kwn, kwv, nkw, a));
+        if (a[0].t == TV_ABSENT) return tpl_fail(c, line, "get expected at least 1 argument, got 0");
+        tv *v = tpl_dict_get(d.u.d, a[0]);
+        *out = v ? *v : a[1].t == TV_ABSENT ? tv_none() : a[1];
+        return NB_OK;
+    }
+    NB_TRY(tpl_bind_args(c, line, m, NULL, 0, args, nargs, kwn, kwv, nkw, a));
+    if (!strcmp(m, "copy")) {
+        tv r = tv_dict_new(&c->arena, d.u.d->n);
+        if (!r.u.d) return tpl_oom(c, line);
+        for (size_t i = 0; i < d.u.d->n; i++)
+            if (tpl_dict_set(&c->arena, r.u.d, d.u.d->k[i], d.u.d->v[i])) return tpl_oom(c, line);
+        *out = r;
+        return NB_OK;
+    }
+    tv l = tv_list_new(&c->arena, d.u.d->n);
+    if (!l.u.l) return tpl_oom(c, line);
+    for (size_t i = 0; i < d.u.d->n; i++) {
+        if (m[0] == 'k') l.u.l->v[i] = d.u.d->k[i];
+        else if (m[0] == 'v') l.u.l->v[i] = d.u.d->v[i];
+        else {
+            tv t = tv_list_new(&c->arena, 2);
+            if (!t.u.l) return tpl_oom(c, line);
+            t.flag = TV_F_TUPLE;
+            t.u.l->v[0] = d.u.d->k[i];
+            t.u.l->v[1] = d.u.d->v[i];
+            t.u.l->n = 2;
+            l.u.l->v[i] = t;
+        }
+    }
+    l.u.l->n = d.u.d->n;
+    *out = l;
+    return NB_OK;
+}
+
+nb_status tpl_call_method(tpl_ctx *c, int line, tv self, const char *name, const tv *args, int nargs,
+                          const char **kwn, const tv *kwv, int nkw, tv *out)
+{
+    if (self.t == TV_STR) return call_str_method(c, line, self, name, args, nargs, kwn, kwv, nkw, out);
+    if (self.t == TV_DICT) return call_dict_method(c, line, self, name, args, nargs, kwn, kwv, nkw, out);
+    if (self.t == TV_LIST) {
+        tv a[1];
+        if (!strcmp(name, "copy")) {
+            NB_TRY(tpl_bind_args(c, line, name, NULL, 0, args, nargs, kwn, kwv, nkw, a));
+            tv l = tv_list_new(&c->arena, self.u.l->n);
+            if (!l.u.l) return tpl_oom(c, line);
+            for (size_t i = 0; i < self.u.l->n; i++) l.u.l->v[l.u.l->n++] = self.u.l->v[i];
+            *out = l;
+            return NB_OK;
+        }
+        static const char *const P[] = {"value"};
+        NB_TRY(tpl_bind_args(c, line, name, P, 1, args, nargs, kwn, kwv, nkw, a));
+        if (a[0].t == TV_ABSENT) return tpl_fail(c, line, "%s() takes exactly one argument", name);
+        int64_t cnt = 0, at = -1;
+        for (size_t i = 0; i < self.u.l->n; i++)
+            if (tv_eq(self.u.l->v[i], a[0])) {
+                cnt++;
+                if (at < 0) at = (int64_t)i;
+            }
+        if (name[0] == 'c') *out = tv_int(cnt);
+        else {
+            if (at < 0) return tpl_fail(c, line, "list.index(x): x not in list");
+            *out = tv_int(at);
+        }
+        return NB_OK;
+    }
+    return tpl_fail(c, line, "'%s' object has no method '%s'", tv_type_name(self), name);
+}
+
+/* ---- globals -------------------------------------------------------------------------- */
+static tpl_func G_RANGE = {.kind = TF_RANGE, .name = "range"};
+static tpl_func G_DICT = {.kind = TF_DICT, .name = "dict"};
+static tpl_func G_NAMESPACE = {.kind = TF_NAMESPACE, .name = "namespace"};
+static tpl_func G_RAISE = {.kind = TF_RAISE, .name = "raise_exception"};
+static tpl_func G_STRFTIME = {.kind = TF_STRFTIME, .name = "strftime_now"};
+
+int tpl_global_lookup(const char *name, tv *out)
+{
+    tpl_func *f = !strcmp(name, "range") ? &G_RANGE : !strcmp(name, "dict") ? &G_DICT
+                : !strcmp(name, "namespace") ? &G_NAMESPACE : !strcmp(name, "raise_exception") ? &G_RAISE
+                : !strcmp(name, "strftime_now") ? &G_STRFTIME : NULL;
+    if (!f) return 0;
+    memset(out, 0, sizeof *out);
+    out->t = TV_FUNC;
+    out->u.fn = f;
+    return 1;
+}
+
+nb_status tpl_call_builtin(tpl_ctx *c, int line, tpl_func *f, const tv *args, int nargs, const char **kwn,
+                           const tv *kwv, int nkw, tv *out)
+{
+    switch (f->kind) {
+    case TF_RANGE: {
+        if (nkw) return tpl_fail(c, line, "range() takes no keyword arguments");
+        if (nargs < 1 || nargs > 3) return tpl_fail(c, line, "range expected 1 to 3 arguments, got %d", nargs);
+        int64_t v[3] = {0, 0, 1};
+        for (int i = 0; i < nargs; i++) {
+            if (args[i].t != TV_INT && args[i].t != TV_BOOL)
+                return tpl_fail(c, line, "'%s' object cannot be interpreted as an integer", tv_type_name(args[i]));
+        }
+        if (nargs == 1) v[1] = args[0].u.i;
+        else {
+            v[0] = args[0].u.i;
+            v[1] = args[1].u.i;
+            if (nargs == 3) v[2] = args[2].u.i;
+        }
+        if (v[2] == 0) return tpl_fail(c, line, "range() arg 3 must not be zero");
+        int64_t count = v[2] > 0 ? (v[1] > v[0] ? (v[1] - v[0] + v[2] - 1) / v[2] : 0)
+                                 : (v[0] > v[1] ? (v[0] - v[1] - v[2] - 1) / -v[2] : 0);
+        /* jinja2's sandbox refuses ranges over MAX_RANGE (100000) items */
+        if (count > 100000) return tpl_fail(c, line, "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+        tv l = tv_list_new(&c->arena, (size_t)count);
+        if (!l.u.l) return tpl_oom(c, line);
+        for (int64_t i = 0; i < count; i++) l.u.l->v[i] = tv_int(v[0] + i * v[2]);
+        l.u.l->n = (size_t)count;
+        *out = l;
+        return NB_OK;
+    }
+    case TF_DICT:
+    case TF_NAMESPACE: {
+        tv d = tv_dict_new(&c->arena, 0);
+        if (!d.u.d) return tpl_oom(c, line);
+        if (nargs > 1) return tpl_fail(c, line, "%s expected at most 1 argument, got %d", f->name, nargs);
+        if (nargs == 1) {
+            if (args[0].t == TV_DICT || args[0].t == TV_NS) {
+                for (size_t i = 0; i < args[0].u.d->n; i++)
+                    if (tpl_dict_set(&c->arena, d.u.d, args[0].u.d->k[i], args[0].u.d->v[i])) return tpl_oom(c, line);
+            } else {
+                tpl_list *items;
+                NB_TRY(tpl_iterate(c, line, args[0], &items));
+                for (size_t i = 0; i < items->n; i++) {
+                    tv it = items->v[i];
+                    if (it.t != TV_LIST || it.u.l->n != 2)
+                        return tpl_fail(c, line, "%s(): sequence element #%zu is not a pair", f->name, i);
+                    if (tpl_dict_set(&c->arena, d.u.d, it.u.l->v[0], it.u.l->v[1])) return tpl_oom(c, line);
+                }
+            }
+        }
+        for (int k = 0; k < nkw; k++)
+            if (tpl_dict_set(&c->arena, d.u.d, tv_str(kwn[k], strlen(kwn[k])), kwv[k])) return tpl_oom(c, line);
+        if (f->kind == TF_NAMESPACE) d.t = TV_NS;
+        *out = d;
+        return NB_OK;
+    }
+    case TF_RAISE: {
+        tv msg = nargs ? args[0] : nkw ? kwv[0] : tv_str("", 0);
+        tpl_buf b = {0};
+        tv_str_to(&b, msg);
+        nb_status st = tpl_fail(c, line, "raise_exception: %s", b.p ? b.p : "");
+        tpl_buf_free(&b);
+        return st;
+    }
+    case TF_STRFTIME: {
+        static const char *const P[] = {"format"};
+        tv a[1];
+        NB_TRY(tpl_bind_args(c, line, "strftime_now", P, 1, args, nargs, kwn, kwv, nkw, a));
+        if (a[0].t != TV_STR) return tpl_fail(c, line, "strftime_now() argument must be str");
+        char *fmt = tpl_strndup(&c->arena, a[0].u.s.p, a[0].u.s.n);
+        if (!fmt) return tpl_oom(c, line);
+        time_t now = time(NULL);
+        struct tm tmv;
+        localtime_r(&now, &tmv);
+        char buf[512];
+        size_t n = strftime(buf, sizeof buf, fmt, &tmv);
+        char *p = tpl_strndup(&c->arena, buf, n);
+        if (!p) return tpl_oom(c, line);
+        *out = tv_str(p, n);
+        return NB_OK;
+    }
+    case TF_LOOP_CYCLE: {
+        if (nargs == 0) return tpl_fail(c, line, "no items for cycling given");
+        *out = args[f->self.u.loop->index0 % (size_t)nargs];
+        return NB_OK;
+    }
+    default: return tpl_fail(c, line, "'%s' is not callable here", f->name ? f->name : "?");
+    }
+}
