@@ -75,6 +75,8 @@ struct nb_engine {
     nb_engine_stats stats;
     int gate, credits;
     uint64_t gated_steps;
+    nb_step_record *trace;
+    int trace_n, trace_cap;
 };
 
 /* ------------------------------------------------------------------ parsing helpers */
@@ -428,6 +430,8 @@ static void nb_update_stats(nb_engine *e, double step_ms, const nb_plan *pl)
         s->last_step_ms = step_ms;
         s->busy_s += step_ms * 1e-3;
         s->prefill_tokens_computed += (uint64_t)pl->n_prefill_tokens;
+        if (e->trace && e->trace_n < e->trace_cap)
+            e->trace[e->trace_n++] = (nb_step_record){step_ms, pl->n_decode, pl->n_prefill_tokens, pl->n_items};
     }
     pthread_mutex_unlock(&e->mu);
 }
@@ -779,6 +783,23 @@ void nb_engine_test_step(nb_engine *e, int n)
     pthread_cond_broadcast(&e->cv);
     while (e->gated_steps < target && !e->stop) pthread_cond_wait(&e->idle_cv, &e->mu);
     pthread_mutex_unlock(&e->mu);
+}
+
+void nb_engine_trace(nb_engine *e, nb_step_record *buf, int cap)
+{
+    pthread_mutex_lock(&e->mu);
+    e->trace = buf;
+    e->trace_cap = buf ? cap : 0;
+    e->trace_n = 0;
+    pthread_mutex_unlock(&e->mu);
+}
+
+int nb_engine_trace_count(nb_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    int n = e->trace_n;
+    pthread_mutex_unlock(&e->mu);
+    return n;
 }
 
 void nb_engine_wait_idle(nb_engine *e)

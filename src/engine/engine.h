@@ -30,6 +30,18 @@ int nb_backend_parse(const char *s);
  * n more steps (so tests can hold requests at a chosen stage). Off by default. */
 void nb_engine_test_gate(nb_engine *e, int enabled);
 void nb_engine_test_step(nb_engine *e, int n);
+/* Step trace for benchmarks: from now on, one record per executed step is appended to
+ * buf (owned by the caller, cap entries; later steps are dropped). NULL stops tracing.
+ * nb_engine_trace_count returns how many records were written. */
+typedef struct nb_step_record {
+    double ms;            /* forward + sampling + delivery */
+    int n_decode;         /* decode tokens */
+    int n_prefill_tokens; /* prompt (or recomputed) tokens */
+    int n_seqs;           /* sequences in the batch */
+} nb_step_record;
+void nb_engine_trace(nb_engine *e, nb_step_record *buf, int cap);
+int nb_engine_trace_count(nb_engine *e);
+
 /* Wait until the engine thread is idle (no live requests and nothing incoming). */
 void nb_engine_wait_idle(nb_engine *e);
 
