@@ -4,16 +4,19 @@
  *   logits = lm_head(rmsnorm(h)) for the rows asked for
  * Attention is MLA (+ DSA selection) or GQA over the slot-addressed KV pool; the batch's
  * tokens of all sequences go through every op together, each token carrying its position
- * and its sequence's slot array. Exercised by nibble score / generate, tests/golden and
+ * and its sequence's slot array. NB_DUMP='blk.1.*' writes named intermediates (fwd_dump.h).
+ * Exercised by nibble score / generate, tests/golden and
  * tests/model/test_forward_props.c. */
 #include "engine/forward.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
 #include "base/log.h"
+#include "engine/fwd_dump.h"
 
 /* Per-step buffers, carved from one allocation. */
 typedef struct fwd_bufs {
@@ -295,16 +298,33 @@ nb_status nb_forward(nb_model *m, nb_kv_pool *pool, const nb_batch *b, float *lo
     nb_ops_ctx *ops = m->ops;
     nb_status st = NB_OK;
     nb_tensor h = t2(f.h, T, H), a = t2(f.a, T, H), o = t2(f.o, T, H);
+    const int dump = nb_dump_enabled();
+    char dn[64];
+#define DUMP(buf, cols, ...)                                                                   \
+    do {                                                                                       \
+        if (dump && st == NB_OK) {                                                             \
+            snprintf(dn, sizeof dn, __VA_ARGS__);                                              \
+            nb_dump_f32(dn, buf, T, cols);                                                     \
+        }                                                                                      \
+    } while (0)
+    nb_dump_step();
     st = nb_op_embedding(ops, &m->embed, f.ids, T, &h);
+    DUMP(f.h, H, "embed");
     if (st == NB_OK) st = nb_op_rmsnorm(ops, &h, m->layers[0].input_norm, (float)c->rms_norm_eps, &a);
     for (int l = 0; l < c->num_layers && st == NB_OK; l++) {
+        DUMP(f.a, H, "blk.%d.attn_in", l);
         st = c->attn == NB_ATTN_MLA ? mla_layer(&f, l) : gqa_layer(&f, l);
+        DUMP(f.o, H, "blk.%d.attn_out", l);
         if (st == NB_OK) st = nb_op_add_rmsnorm(ops, &o, &h, m->layers[l].post_attn_norm, (float)c->rms_norm_eps, &a);
+        DUMP(f.a, H, "blk.%d.mlp_in", l);
         if (st == NB_OK) st = mlp_layer(&f, l);
+        DUMP(f.o, H, "blk.%d.mlp_out", l);
         const float *next = l + 1 < c->num_layers ? m->layers[l + 1].input_norm : m->final_norm;
         if (st == NB_OK) st = nb_op_add_rmsnorm(ops, &o, &h, next, (float)c->rms_norm_eps, &a);
         if (st != NB_OK) st = nb_error_wrap(st, "layer %d", l);
     }
+    DUMP(f.a, H, "final_norm");
+#undef DUMP
     if (st == NB_OK) {
         int r = 0;
         t = 0;

@@ -72,6 +72,17 @@ def main():
             failures += got != want
             print(f"{fam}/{seq['name']}: score max rel err {worst:.3g} {'ok' if ok else 'FAIL'}; "
                   f"generate {'ok' if got == want else 'FAIL: ' + got + ' != ' + want}")
+    # NB_DUMP writes the named intermediates of the matching layers
+    d = os.path.join(FIX, "glm4_moe")
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, NB_DUMP="blk.2.*", NB_DUMP_DIR=tmp)
+        r = subprocess.run([NIBBLE, "score", "--model", d, "--ids", "9,10,11", "--out", os.path.join(tmp, "l.npy")],
+                           capture_output=True, text=True, env=env)
+        got = sorted(f for f in os.listdir(tmp) if f.startswith("s0."))
+        want = [f"s0.blk.2.{n}.npy" for n in ("attn_in", "attn_out", "mlp_in", "mlp_out")]
+        if r.returncode != 0 or got != want or read_npy_f32(os.path.join(tmp, want[1]))[0] != (3, 128):
+            print(f"NB_DUMP: rc {r.returncode}, files {got}, wanted {want}", file=sys.stderr)
+            failures += 1
     d = os.path.join(FIX, "qwen3_moe")
     r = subprocess.run([NIBBLE, "score", "--model", d, "--ids", "5,99999", "--out", "/dev/null"], capture_output=True,
                        text=True)
