@@ -108,14 +108,14 @@ const char *const *nb_synthetic_specials(size_t *n)
 static const char nb_chat_template[] =
     "[gMASK]<sop>"
     "{%- for m in messages -%}"
-    "{%- if m['role'] == 'system' -%}<|system|>\n{{ m['content'] }}"
-    "{%- elif m['role'] == 'user' -%}<|user|>\n{{ m['content'] }}"
-    "{%- elif m['role'] == 'assistant' -%}<|assistant|>\n{{ m['content'] }}"
-    "{%- elif m['role'] == 'tool' -%}<|observation|>\n{{ m['content'] }}"
+    "{%- if m['role'] == 'system' -%}<|system|>{{ '\\n' + m['content'] }}"
+    "{%- elif m['role'] == 'user' -%}<|user|>{{ '\\n' + m['content'] }}"
+    "{%- elif m['role'] == 'assistant' -%}<|assistant|>{{ '\\n' + m['content'] }}"
+    "{%- elif m['role'] == 'tool' -%}<|observation|>{{ '\\n' + m['content'] }}"
     "{%- endif -%}"
     "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}<|assistant|>\n"
-    "{%- if enable_thinking is defined and not enable_thinking -%}<think></think>\n{%- endif -%}"
+    "{%- if add_generation_prompt -%}<|assistant|>{{ '\\n' }}"
+    "{%- if enable_thinking is defined and not enable_thinking -%}<think></think>{{ '\\n' }}{%- endif -%}"
     "{%- endif -%}";
 
 const char *nb_synthetic_chat_template(void) { return nb_chat_template; }

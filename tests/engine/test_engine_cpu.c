@@ -11,6 +11,8 @@
 #include "engine/sampling.h"
 #include "model/synthetic.h"
 #include "nbtest.h"
+#include "tokenizer/template/template.h"
+#include "tokenizer/tokenizer.h"
 
 #define MAXTOK 64
 #define NREQ 6
@@ -180,7 +182,133 @@ static void test_nvfp4_experts(void)
     nb_engine_destroy(e);
 }
 
+typedef struct textc {
+    pthread_mutex_t mu;
+    int32_t toks[256];
+    int n, finished, stop_string;
+    char text[4096];
+    size_t len;
+    nb_finish_reason why;
+} textc;
+
+static void on_text(const nb_engine_event *ev, void *u)
+{
+    textc *o = u;
+    pthread_mutex_lock(&o->mu);
+    if (ev->text && ev->text_len && o->len + ev->text_len < sizeof o->text) {
+        memcpy(o->text + o->len, ev->text, ev->text_len);
+        o->len += ev->text_len;
+    }
+    if (ev->type == NB_EVENT_TOKENS)
+        for (int i = 0; i < ev->n_tokens && o->n < 256; i++) o->toks[o->n++] = ev->token_ids[i];
+    else {
+        o->finished++;
+        o->why = ev->finish_reason;
+        o->stop_string = ev->stop_string;
+    }
+    pthread_mutex_unlock(&o->mu);
+}
+
+static void run_text(nb_engine *e, const int32_t *prompt, int n, const nb_sampling_params *sp, textc *o)
+{
+    memset(o, 0, sizeof *o);
+    pthread_mutex_init(&o->mu, NULL);
+    NB_CHECK_OK(nb_engine_submit(e, prompt, n, sp, on_text, o, NULL));
+    nb_engine_wait_idle(e);
+}
+
+/* glm5-tiny end to end with its byte tokenizer: streamed text equals decode(ids); a stop
+ * string spanning several tokens ends generation and is not emitted; the chat template
+ * renders GLM-style turns. */
+static void test_glm5_tiny_text_and_stops(void)
+{
+    nb_engine_params p = nb_engine_default_params();
+    p.model = "synthetic:glm5-tiny";
+    p.max_total_tokens = 4096;
+    p.cpu_mem_gb = 1;
+    nb_engine *e = NULL;
+    NB_CHECK_OK(nb_engine_create(&p, &e));
+    if (!e) return;
+    const struct nb_tokenizer *tok = nb_engine_tokenizer(e);
+    NB_CHECK(tok != NULL);
+    const char *tpl_src = nb_engine_chat_template(e);
+    NB_CHECK(tpl_src != NULL);
+    if (!tok || !tpl_src) {
+        nb_engine_destroy(e);
+        return;
+    }
+    /* the template */
+    nb_template *tpl = NULL;
+    NB_CHECK_OK(nb_template_compile(tpl_src, strlen(tpl_src), "glm5-tiny", &tpl));
+    if (tpl) {
+        cJSON *msgs = cJSON_Parse("[{\"role\":\"system\",\"content\":\"Be brief.\"},"
+                                  "{\"role\":\"user\",\"content\":\"Hi\"}]");
+        char *out = NULL;
+        NB_CHECK_OK(nb_chat_template_apply(tpl, msgs, NULL, 1, NULL, NULL, "<|endoftext|>", &out, NULL));
+        NB_CHECK_MSG(out && !strcmp(out, "[gMASK]<sop><|system|>\nBe brief.<|user|>\nHi<|assistant|>\n"), "'%s'",
+                     out ? out : "(null)");
+        free(out);
+        cJSON *kw = cJSON_Parse("{\"enable_thinking\":false}");
+        NB_CHECK_OK(nb_chat_template_apply(tpl, msgs, NULL, 1, kw, NULL, NULL, &out, NULL));
+        NB_CHECK_MSG(out && strstr(out, "<|assistant|>\n<think></think>\n"), "'%s'", out ? out : "(null)");
+        free(out);
+        cJSON_Delete(kw);
+        cJSON_Delete(msgs);
+        nb_template_free(tpl);
+    }
+    /* specials are single tokens; eos ids come from the config */
+    NB_CHECK(nb_tokenizer_token_to_id(tok, "<|user|>") == 263);
+    nb_engine_info info;
+    nb_engine_get_info(e, &info);
+    NB_CHECK(info.n_eos >= 3);
+
+    int32_t *prompt;
+    size_t np;
+    NB_CHECK_OK(nb_tokenizer_encode(tok, "The quick brown fox", 19, 1, &prompt, &np));
+    nb_sampling_params sp = nb_sampling_default_params();
+    sp.temperature = 0.8f;
+    sp.seed = 11;
+    sp.max_tokens = 40;
+    sp.ignore_eos = 1;
+    sp.skip_special_tokens = 1;
+    textc a, b;
+    run_text(e, prompt, (int)np, &sp, &a);
+    NB_CHECK(a.finished == 1 && a.n == 40 && a.why == NB_FINISH_LENGTH);
+    char *dec = NULL;
+    size_t dl = 0;
+    NB_CHECK_OK(nb_tokenizer_decode(tok, a.toks, (size_t)a.n, 1, &dec, &dl));
+    NB_CHECK_MSG(dec && dl == a.len && !memcmp(dec, a.text, dl), "streamed text differs from decode (%zu vs %zu bytes)",
+                 a.len, dl);
+    /* a stop string made of the text of output tokens 5..7 (spanning tokens) */
+    char *piece = NULL;
+    size_t pl = 0;
+    int at = -1;
+    for (int s0 = 5; s0 < 30 && at < 0; s0++) {
+        free(piece);
+        piece = NULL;
+        nb_tokenizer_decode(tok, a.toks + s0, 3, 1, &piece, &pl);
+        if (pl < 2 || memchr(piece, 0, pl)) continue;
+        char *first = memmem(a.text, a.len, piece, pl);
+        if (first) at = (int)(first - a.text);
+    }
+    NB_CHECK(at >= 0);
+    if (at >= 0) {
+        const char *stops[2] = {"\x01never\x02", piece};
+        sp.stop = stops;
+        sp.n_stop = 2;
+        run_text(e, prompt, (int)np, &sp, &b);
+        NB_CHECK(b.finished == 1 && b.why == NB_FINISH_STOP && b.stop_string == 1);
+        NB_CHECK_MSG(b.len == (size_t)at && !memcmp(b.text, a.text, (size_t)at), "emitted %zu bytes, want %d", b.len, at);
+        NB_CHECK(b.n < a.n && !memcmp(b.toks, a.toks, (size_t)b.n * sizeof(int32_t)));
+    }
+    free(piece);
+    free(dec);
+    free(prompt);
+    nb_engine_destroy(e);
+}
+
 static const nb_test tests[] = {
+    {"glm5_tiny_text_and_stops", test_glm5_tiny_text_and_stops},
     {"glm5_tiny_sane", test_glm5_tiny_sane},
     {"invariance_glm5_tiny", test_invariance_glm5_tiny},
     {"invariance_fixtures", test_invariance_fixtures},
