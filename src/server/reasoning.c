@@ -17,6 +17,7 @@ void nb_reasoning_init(nb_reasoning *r, nb_reasoning_kind kind, int prompt_open)
 {
     memset(r, 0, sizeof *r);
     r->kind = kind;
+    r->open_id = r->close_id = -1;
     r->state = kind == NB_REASONING_NONE ? 2 : (prompt_open || kind == NB_REASONING_DEEPSEEK_R1) ? 1 : 0;
 }
 
@@ -107,4 +108,41 @@ void nb_reasoning_flush(nb_reasoning *r, nb_strbuf *reason, nb_strbuf *content)
     if (!r->hold_len) return;
     nb_sb_add(r->state == 1 ? reason : content, r->hold, r->hold_len);
     r->hold_len = 0;
+}
+
+void nb_reasoning_use_ids(nb_reasoning *r, int32_t open_id, int32_t close_id)
+{
+    r->open_id = open_id;
+    r->close_id = close_id;
+}
+
+void nb_reasoning_feed_tokens(nb_reasoning *r, const int32_t *ids, int n_ids, const char *text, size_t n,
+                              nb_strbuf *reason, nb_strbuf *content)
+{
+    if (r->close_id < 0 || r->state == 2) {
+        nb_reasoning_feed(r, text, n, reason, content);
+        return;
+    }
+    if (!r->open_checked && n_ids > 0) {
+        r->open_checked = 1;
+        if (ids[0] == r->open_id) r->state = 1;
+        else if (r->state == 0) r->state = 2;
+    }
+    if (r->state != 1) {
+        nb_sb_add(content, text, n);
+        return;
+    }
+    int k = -1;
+    for (int i = 0; i < n_ids; i++)
+        if (ids[i] == r->close_id) {
+            k = i;
+            break;
+        }
+    if (k < 0) {
+        nb_sb_add(reason, text, n);
+        return;
+    }
+    r->state = 2;
+    if (k == 0 && n_ids > 1) nb_sb_add(content, text, n);
+    else nb_sb_add(reason, text, n);
 }

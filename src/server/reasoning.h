@@ -10,6 +10,8 @@
 #ifndef NB_SERVER_REASONING_H
 #define NB_SERVER_REASONING_H
 
+#include <stdint.h>
+
 #include "server/strbuf.h"
 
 typedef enum nb_reasoning_kind {
@@ -28,12 +30,22 @@ typedef struct nb_reasoning {
     int open_checked; /* the start of the output was checked for <think> */
     char hold[16];    /* bytes that may begin a tag */
     size_t hold_len;
+    int32_t open_id, close_id; /* >= 0: the tags are special tokens absent from the text */
 } nb_reasoning;
 
 /* prompt_open: the rendered prompt ends inside an unclosed <think>. */
 void nb_reasoning_init(nb_reasoning *r, nb_reasoning_kind kind, int prompt_open);
 /* Route `n` bytes of new text to *reason and *content. */
 void nb_reasoning_feed(nb_reasoning *r, const char *text, size_t n, nb_strbuf *reason, nb_strbuf *content);
+/* When <think> and </think> are special tokens that decoding skips, the split follows
+ * the token ids instead: call this once after init. */
+void nb_reasoning_use_ids(nb_reasoning *r, int32_t open_id, int32_t close_id);
+/* Route one engine event (its ids and the text they produced). Text mode ignores ids.
+ * In id mode an event holding </think> among other tokens is attributed whole to the
+ * side the tag's position favours (before: content, else reasoning): engine events
+ * carry one token each in practice. */
+void nb_reasoning_feed_tokens(nb_reasoning *r, const int32_t *ids, int n_ids, const char *text, size_t n,
+                              nb_strbuf *reason, nb_strbuf *content);
 /* End of output: release held bytes. */
 void nb_reasoning_flush(nb_reasoning *r, nb_strbuf *reason, nb_strbuf *content);
 

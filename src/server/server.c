@@ -371,9 +371,14 @@ nb_status nb_server_set_engine(nb_server *s, nb_engine *e)
     s->engine = e;
     s->tok = nb_engine_tokenizer(e);
     if (!s->served_name[0]) snprintf(s->served_name, sizeof s->served_name, "%s", s->info.model_name);
+    s->think_open_id = s->think_close_id = -1;
     if (s->tok) {
         s->bos = nb_tokenizer_bos_token(s->tok);
         s->eos = nb_tokenizer_eos_token(s->tok);
+        /* Special think tags vanish from decoded text: the reasoning split follows ids. */
+        int32_t o = nb_tokenizer_token_to_id(s->tok, "<think>"), c = nb_tokenizer_token_to_id(s->tok, "</think>");
+        if (o >= 0 && c >= 0 && nb_tokenizer_is_special(s->tok, o) && nb_tokenizer_is_special(s->tok, c))
+            s->think_open_id = o, s->think_close_id = c;
     }
     nb_status st = NB_OK;
     const char *src = nb_engine_chat_template(e);

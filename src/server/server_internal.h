@@ -28,6 +28,7 @@ struct nb_server {
     struct nb_template *tpl;
     char tpl_error[512];
     const char *bos, *eos;
+    int32_t think_open_id, think_close_id; /* >= 0 when <think>/</think> are special tokens */
     nb_srv_metrics *metrics;
     volatile int ready, draining;
     pthread_mutex_t mu;     /* guards live list and counters below */

@@ -301,11 +301,11 @@ static void nb_emit_choice(nb_srv_req *r, int i, const char *text, size_t tl, co
 }
 
 /* Route an event's text through the choice's reasoning splitter (chat) or straight. */
-static void nb_split_text(nb_srv_req *r, nb_srv_choice *ch, const char *text, size_t n, nb_strbuf *content,
-                          nb_strbuf *reason, int flush)
+static void nb_split_text(nb_srv_req *r, nb_srv_choice *ch, const int32_t *ids, int n_ids, const char *text,
+                          size_t n, nb_strbuf *content, nb_strbuf *reason, int flush)
 {
     if (r->q.kind == NB_OAI_CHAT) {
-        if (n) nb_reasoning_feed(&ch->rp, text, n, reason, content);
+        if (n || ids) nb_reasoning_feed_tokens(&ch->rp, ids, n_ids, text ? text : "", n, reason, content);
         if (flush) nb_reasoning_flush(&ch->rp, reason, content);
     } else if (n) {
         nb_sb_add(content, text, n);
@@ -325,7 +325,7 @@ static void nb_stream_event(nb_srv_req *r, nb_srv_ev *e)
     }
     if (!e->finish) {
         ch->completion_tokens += e->n_tokens;
-        nb_split_text(r, ch, e->text, e->text_len, &content, &reason, 0);
+        nb_split_text(r, ch, e->ids, e->n_tokens, e->text, e->text_len, &content, &reason, 0);
         cJSON *lp = NULL;
         if (e->lps) {
             lp = nb_new_logprobs(r);
@@ -337,7 +337,7 @@ static void nb_stream_event(nb_srv_req *r, nb_srv_ev *e)
         ch->finished = 1;
         ch->reason = e->reason;
         ch->completion_tokens = e->completion_tokens;
-        nb_split_text(r, ch, NULL, 0, &content, &reason, 1);
+        nb_split_text(r, ch, NULL, 0, NULL, 0, &content, &reason, 1);
         nb_emit_choice(r, e->choice, content.p, content.len, reason.p, reason.len, NULL, nb_finish_str(e->reason), 0);
     }
     nb_sb_free(&content);
@@ -354,13 +354,13 @@ static void nb_accum_event(nb_srv_req *r, nb_srv_ev *e)
         if (sub->echo_text) nb_sb_puts(&ch->text, sub->echo_text);
     }
     if (!e->finish) {
-        nb_split_text(r, ch, e->text, e->text_len, &ch->text, &ch->reasoning, 0);
+        nb_split_text(r, ch, e->ids, e->n_tokens, e->text, e->text_len, &ch->text, &ch->reasoning, 0);
         if (e->lps) {
             if (!ch->lp) ch->lp = nb_new_logprobs(r);
             nb_add_logprobs(r, ch, e, ch->lp);
         }
     } else {
-        nb_split_text(r, ch, NULL, 0, &ch->text, &ch->reasoning, 1);
+        nb_split_text(r, ch, NULL, 0, NULL, 0, &ch->text, &ch->reasoning, 1);
         ch->finished = 1;
         ch->reason = e->reason;
         ch->completion_tokens = e->completion_tokens;
@@ -655,7 +655,11 @@ enum MHD_Result nb_session_begin(nb_server *s, struct MHD_Connection *c, nb_conn
     }
     nb_reasoning_kind rk = kind == NB_OAI_CHAT && r->q.separate_reasoning ? (nb_reasoning_kind)s->p.reasoning_parser
                                                                             : NB_REASONING_NONE;
-    for (int i = 0; i < r->n_choices; i++) nb_reasoning_init(&r->choices[i].rp, rk, r->prompt_open);
+    for (int i = 0; i < r->n_choices; i++) {
+        nb_reasoning_init(&r->choices[i].rp, rk, r->prompt_open);
+        if (s->think_close_id >= 0 && r->q.sp.skip_special_tokens)
+            nb_reasoning_use_ids(&r->choices[i].rp, s->think_open_id, s->think_close_id);
+    }
     pthread_mutex_lock(&s->mu);
     r->serial = ++s->next_serial;
     pthread_mutex_unlock(&s->mu);

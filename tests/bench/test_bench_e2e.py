@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""`nibble bench` end to end: a small sweep (concurrency 1 and 4, tiny lengths) against the
+fake OpenAI server (tests/bench/fake_openai.py) and against the real `nibble serve` on
+synthetic:glm5-tiny. Completed requests and total output tokens must be exactly what was
+asked, the JSON lines must parse, the HTML report must be produced.
+  NIBBLE_BIN=build-srv/nibble python3 tests/bench/test_bench_e2e.py"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "server"))
+import srvlib  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LEVELS = [(1, 3), (4, 8)]  # (concurrency, prompts)
+OUT_LEN = 5
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def sweep(base, tmp, tag, extra=()):
+    jsonl, html = os.path.join(tmp, tag + ".jsonl"), os.path.join(tmp, tag + ".html")
+    cmd = [srvlib.BIN, "bench", "--base-url", base, "--concurrency", ",".join(str(c) for c, _ in LEVELS),
+           "--num-prompts", ",".join(str(n) for _, n in LEVELS), "--input-len", "12", "--output-len", str(OUT_LEN),
+           "--seed", "3", "--output-file", jsonl, "--report", html] + list(extra)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    print(r.stdout)
+    assert r.returncode == 0, f"nibble bench exited {r.returncode}: {r.stderr[-2000:]}"
+    rows = [json.loads(line) for line in open(jsonl)]
+    assert len(rows) == len(LEVELS), rows
+    for row, (conc, n) in zip(rows, LEVELS):
+        assert row["max_concurrency"] == conc
+        assert row["completed"] == n and row["failed"] == 0, row
+        assert row["total_output_tokens"] == n * OUT_LEN, row
+        assert row["peak_concurrency"] == min(conc, n), row
+        assert row["mean_ttft_ms"] > 0 and row["mean_e2e_latency_ms"] >= row["mean_ttft_ms"], row
+        assert row["median_tpot_ms"] >= 0 and row["p99_itl_ms"] >= row["median_itl_ms"], row
+    page = open(html).read()
+    assert page.count("<svg") >= 4 and "<script" not in page, "HTML report incomplete"
+    return rows
+
+
+def main():
+    if not os.path.exists(srvlib.BIN):
+        print("SKIP: nibble not built", file=sys.stderr)
+        return 77
+    with tempfile.TemporaryDirectory() as tmp:
+        port = free_port()
+        fake = subprocess.Popen([sys.executable, os.path.join(HERE, "fake_openai.py"), str(port), "0.001"])
+        try:
+            base = f"http://127.0.0.1:{port}"
+            for _ in range(200):
+                try:
+                    if srvlib.http("GET", base + "/v1/models")[0] == 200:
+                        break
+                except OSError:
+                    time.sleep(0.05)
+            rows = sweep(base, tmp, "fake")
+            # The fake server counts tokens like a real one: the scraper saw them.
+            for row, (_, n) in zip(rows, LEVELS):
+                sm = row["server_metrics"]
+                assert sm["available"] and sm["generation_tokens"] == n * OUT_LEN, sm
+            sweep(base, tmp, "fake-chat", ["--backend", "chat"])
+        finally:
+            fake.terminate()
+            fake.wait()
+        with srvlib.Server() as s:
+            rows = sweep(s.base, tmp, "real")
+            for row, (_, n) in zip(rows, LEVELS):
+                sm = row["server_metrics"]
+                assert sm["available"] and sm["generation_tokens"] == n * OUT_LEN, sm
+                assert sm["prompt_tokens"] == n * 12, sm
+                assert row["total_input_tokens"] == n * 12, row
+            sweep(s.base, tmp, "real-chat", ["--backend", "chat"])
+    print("bench e2e: OK")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
