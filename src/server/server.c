@@ -342,13 +342,16 @@ nb_status nb_server_start(const nb_server_params *p, nb_server **out)
         return nb_error(NB_ERR_INVALID_ARG, "--host '%s': not an IPv4 address", p->host);
     }
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    /* The pool option only when asked for: MHD warns about a pool of one. */
+    struct MHD_OptionItem pool[] = {
+        {s->p.http_threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, (intptr_t)s->p.http_threads, NULL},
+        {MHD_OPTION_END, 0, NULL}};
     s->mhd = MHD_start_daemon(flags, (uint16_t)p->port, NULL, NULL, nb_on_request, s, MHD_OPTION_SOCK_ADDR,
                               (struct sockaddr *)&sa, MHD_OPTION_NOTIFY_COMPLETED, nb_on_completed, s,
                               MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->p.max_connections,
                               MHD_OPTION_LISTEN_BACKLOG_SIZE, 4096u, MHD_OPTION_CONNECTION_TIMEOUT, 600u,
-                              MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(s->p.http_threads > 1 ? s->p.http_threads : 0),
                               MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)256 * 1024, MHD_OPTION_EXTERNAL_LOGGER,
-                              nb_mhd_log, NULL, MHD_OPTION_END);
+                              nb_mhd_log, NULL, MHD_OPTION_ARRAY, pool, MHD_OPTION_END);
     if (!s->mhd) {
         int port = p->port;
         nb_server_free(s);

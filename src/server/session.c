@@ -147,6 +147,35 @@ static void nb_on_event(const nb_engine_event *ev, void *user)
     }
 }
 
+/* Generated text may hold NUL bytes (a byte-level model can emit byte 0) that cJSON's C
+ * strings would cut: such strings are escaped here and inserted as raw JSON. */
+static void nb_add_text(cJSON *o, const char *key, const char *s, size_t n)
+{
+    nb_strbuf b = {0};
+    nb_sb_add(&b, "\"", 1);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') {
+            char e[2] = {'\\', (char)c};
+            nb_sb_add(&b, e, 2);
+        } else if (c == '\n') {
+            nb_sb_add(&b, "\\n", 2);
+        } else if (c == '\r') {
+            nb_sb_add(&b, "\\r", 2);
+        } else if (c == '\t') {
+            nb_sb_add(&b, "\\t", 2);
+        } else if (c < 0x20 || c == 0x7f) {
+            nb_sb_printf(&b, "\\u%04x", c);
+        } else {
+            nb_sb_add(&b, (const char *)&c, 1);
+        }
+    }
+    nb_sb_add(&b, "\"", 1);
+    if (!b.oom) cJSON_AddRawToObject(o, key, b.p);
+    else cJSON_AddStringToObject(o, key, "");
+    nb_sb_free(&b);
+}
+
 /* ---- formatting (HTTP thread) ------------------------------------------------------- */
 
 static const char *nb_finish_str(nb_finish_reason fr)
@@ -281,17 +310,14 @@ static void nb_emit_choice(nb_srv_req *r, int i, const char *text, size_t tl, co
     cJSON *o = nb_chunk_head(r), *arr = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
     cJSON_AddItemToArray(arr, c);
     cJSON_AddNumberToObject(c, "index", i);
-    char *t = strndup(text ? text : "", tl), *rs = strndup(reason ? reason : "", rl);
     if (r->q.kind == NB_OAI_CHAT) {
         cJSON *d = cJSON_AddObjectToObject(c, "delta");
         if (role) cJSON_AddStringToObject(d, "role", "assistant");
-        if (tl || role) cJSON_AddStringToObject(d, "content", t ? t : "");
-        if (rl) cJSON_AddStringToObject(d, "reasoning_content", rs ? rs : "");
+        if (tl || role) nb_add_text(d, "content", text ? text : "", tl);
+        if (rl) nb_add_text(d, "reasoning_content", reason, rl);
     } else {
-        cJSON_AddStringToObject(c, "text", t ? t : "");
+        nb_add_text(c, "text", text ? text : "", tl);
     }
-    free(t);
-    free(rs);
     if (lp) cJSON_AddItemToObject(c, "logprobs", lp);
     else cJSON_AddNullToObject(c, "logprobs");
     if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
@@ -465,13 +491,13 @@ enum MHD_Result nb_session_complete(nb_server *s, struct MHD_Connection *c, nb_c
         if (r->q.kind == NB_OAI_CHAT) {
             cJSON *m = cJSON_AddObjectToObject(x, "message");
             cJSON_AddStringToObject(m, "role", "assistant");
-            cJSON_AddStringToObject(m, "content", ch->text.p ? ch->text.p : "");
+            nb_add_text(m, "content", ch->text.p ? ch->text.p : "", ch->text.len);
             if (ch->rp.kind != NB_REASONING_NONE) {
-                if (ch->reasoning.len) cJSON_AddStringToObject(m, "reasoning_content", ch->reasoning.p);
+                if (ch->reasoning.len) nb_add_text(m, "reasoning_content", ch->reasoning.p, ch->reasoning.len);
                 else cJSON_AddNullToObject(m, "reasoning_content");
             }
         } else {
-            cJSON_AddStringToObject(x, "text", ch->text.p ? ch->text.p : "");
+            nb_add_text(x, "text", ch->text.p ? ch->text.p : "", ch->text.len);
         }
         if (ch->lp) {
             cJSON_AddItemToObject(x, "logprobs", ch->lp);
