@@ -372,6 +372,14 @@ const nb_st_tensor *nb_checkpoint_at(const nb_checkpoint *ck, int i)
 
 const char *nb_checkpoint_dir(const nb_checkpoint *ck) { return ck ? ck->dir : NULL; }
 
+void nb_checkpoint_drop_pages(const nb_checkpoint *ck, const nb_st_tensor *t)
+{
+    if (!ck || ck->memory || !t || !t->nbytes) return;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t b = ((uintptr_t)t->data + page - 1) & ~(page - 1), e = ((uintptr_t)t->data + t->nbytes) & ~(page - 1);
+    if (e > b) madvise((void *)b, e - b, MADV_DONTNEED);
+}
+
 int nb_checkpoint_shard_count(const nb_checkpoint *ck) { return ck ? ck->n_shards : 0; }
 
 const char *nb_checkpoint_shard_path(const nb_checkpoint *ck, int i)

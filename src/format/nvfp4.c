@@ -15,11 +15,30 @@ uint8_t nb_nvfp4_e2m1_encode(float v)
 {
     uint8_t sign = v < 0 ? 8 : 0; /* ModelOpt: sign_bit = (w < 0); -0.0 encodes as +0 */
     float a = fabsf(v);
-    if (isnan(a)) return sign | 7;
-    uint8_t ord = 0;
-    while (ord < 7 && nb_e2m1_bounds[ord] < a) ord++;
-    if (a == nb_e2m1_bounds[1] || a == nb_e2m1_bounds[3] || a == nb_e2m1_bounds[5]) ord++;
-    return sign | ord;
+    if (a != a) return sign | 7;
+    /* branch-free: the count of bounds strictly below a, plus the round-up equalities */
+    int ord = (a > nb_e2m1_bounds[0]) + (a > nb_e2m1_bounds[1]) + (a > nb_e2m1_bounds[2]) + (a > nb_e2m1_bounds[3]) +
+              (a > nb_e2m1_bounds[4]) + (a > nb_e2m1_bounds[5]) + (a > nb_e2m1_bounds[6]);
+    ord += (a == nb_e2m1_bounds[1]) + (a == nb_e2m1_bounds[3]) + (a == nb_e2m1_bounds[5]);
+    return (uint8_t)(sign | ord);
+}
+
+uint8_t nb_nvfp4_scale_to_e4m3(float s)
+{
+    if (!(s > 0)) return s == 0 ? 0 : nb_f32_to_e4m3(s); /* zero, negative, NaN: the general encoder */
+    if (s >= 448.0f) return 0x7e;
+    /* largest positive code with value <= s, by binary search over the monotonic table */
+    int lo = 0, hi = 126;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (nb_e4m3_table[mid] <= s) lo = mid;
+        else hi = mid - 1;
+    }
+    if (nb_e4m3_table[lo] == s) return (uint8_t)lo;
+    float m = 0.5f * (nb_e4m3_table[lo] + nb_e4m3_table[lo + 1]);
+    if (s < m) return (uint8_t)lo;
+    if (s > m) return (uint8_t)(lo + 1);
+    return (uint8_t)((lo & 1) ? lo + 1 : lo); /* tie: even code */
 }
 
 float nb_absmax_f32(const float *w, size_t n)
@@ -46,7 +65,7 @@ void nb_nvfp4_quantize_rows_ref(const float *w, int64_t rows, int64_t k, float w
             float s = nb_absmax_f32(x, NB_NVFP4_GROUP) / denom;
             if (s == 0.0f) s = 1.0f;
             if (s < NB_NVFP4_SCALE_MIN) s = NB_NVFP4_SCALE_MIN;
-            uint8_t sc = nb_f32_to_e4m3(s);
+            uint8_t sc = nb_nvfp4_scale_to_e4m3(s);
             scales[r * groups + g] = sc;
             const float q = nb_e4m3_to_f32(sc) * weight_scale_2;
             uint8_t *out = packed + r * (k / 2) + g * (NB_NVFP4_GROUP / 2);

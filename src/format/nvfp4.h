@@ -48,6 +48,10 @@ _Static_assert(NB_NVFP4_GROUP % 2 == 0, "NVFP4: two codes per byte");
 /* E2M1 code of a value already divided by its scales, by ModelOpt's bound rule above. */
 uint8_t nb_nvfp4_e2m1_encode(float v);
 
+/* E4M3 RNE of a block scale: the same result as nb_f32_to_e4m3, found by binary search
+ * (the quantizer's hot path). */
+uint8_t nb_nvfp4_scale_to_e4m3(float s);
+
 /* weight_scale_2 for a tensor (or a gate/up pair) whose largest magnitude is amax. */
 static inline float nb_nvfp4_global_scale(float amax) { return amax / (NB_NVFP4_E2M1_MAX * NB_NVFP4_E4M3_MAX); }
 

@@ -144,6 +144,7 @@ static nb_status nb_q_exclude_list(const nb_q_job *jobs, int n, cJSON *arr)
 
 typedef struct nb_q_ctx {
     const nb_quantize_params *p;
+    const nb_checkpoint *ck;
     nb_q_job *jobs;
     int n;
     float *fbuf;
@@ -160,6 +161,7 @@ static nb_status nb_q_write_job(nb_q_ctx *c, int idx, nb_st_writer *w)
     if (!j->quant) {
         NB_TRY(nb_st_writer_write(w, t->data, t->nbytes));
         nb_progress_add(&c->prog, t->nbytes);
+        nb_checkpoint_drop_pages(c->ck, t);
         return NB_OK;
     }
     const int64_t n = t->shape[0], k = t->shape[1];
@@ -190,6 +192,7 @@ static nb_status nb_q_write_job(nb_q_ctx *c, int idx, nb_st_writer *w)
         nb_progress_add(&c->prog, (uint64_t)(rows * k) * nb_dtype_size(t->dtype));
     }
     NB_TRY(nb_st_writer_write(w, c->sbuf, sbytes));
+    nb_checkpoint_drop_pages(c->ck, t);
     return nb_st_writer_write(w, &j->ws2, 4);
 }
 
@@ -324,6 +327,7 @@ nb_status nb_quantize_checkpoint(const char *in_dir, const char *out_dir, const 
         goto done;
     }
     if ((s = nb_checkpoint_open(in_dir, &ck))) goto done;
+    c.ck = ck;
     if (!strcmp(in_dir, out_dir)) {
         s = nb_error(NB_ERR_INVALID_ARG, "quantize: the output folder must differ from the input (%s)", in_dir);
         goto done;

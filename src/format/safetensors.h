@@ -56,6 +56,11 @@ const char *nb_checkpoint_dir(const nb_checkpoint *ck);
 int nb_checkpoint_shard_count(const nb_checkpoint *ck);
 const char *nb_checkpoint_shard_path(const nb_checkpoint *ck, int i);
 
+/* Hint that `t`'s bytes will not be read again soon: its whole mapped pages are dropped
+ * (re-read from the file if touched again), so one streaming pass over a model larger than
+ * RAM keeps a small resident set. No-op for memory checkpoints. */
+void nb_checkpoint_drop_pages(const nb_checkpoint *ck, const nb_st_tensor *t);
+
 /* In-memory checkpoint (synthetic / random-weight models), treated exactly like a file by
  * readers. `dir_or_null` is what nb_checkpoint_dir returns (NULL allowed). Close with
  * nb_checkpoint_close. */

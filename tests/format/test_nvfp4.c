@@ -50,6 +50,31 @@ static void test_e2m1_bounds(void)
     }
 }
 
+/* the fast scale encoder agrees with the general one on every float in (0, 500] at every
+ * 64th bit pattern, on every code value and on every midpoint */
+static void test_scale_encoder(void)
+{
+    uint32_t lo, hi;
+    float f0 = 1e-12f, f1 = 500.0f;
+    memcpy(&lo, &f0, 4);
+    memcpy(&hi, &f1, 4);
+    int bad = 0;
+    for (uint32_t u = lo; u <= hi; u += 64) {
+        float f;
+        memcpy(&f, &u, 4);
+        bad += nb_nvfp4_scale_to_e4m3(f) != nb_f32_to_e4m3(f);
+    }
+    for (int c = 0; c < 126; c++) {
+        float a = nb_e4m3_to_f32((uint8_t)c), b = nb_e4m3_to_f32((uint8_t)(c + 1)), m = 0.5f * (a + b);
+        bad += nb_nvfp4_scale_to_e4m3(a) != c;
+        bad += nb_nvfp4_scale_to_e4m3(m) != nb_f32_to_e4m3(m);
+        bad += nb_nvfp4_scale_to_e4m3(nextafterf(m, 0)) != nb_f32_to_e4m3(nextafterf(m, 0));
+        bad += nb_nvfp4_scale_to_e4m3(nextafterf(m, 1000)) != nb_f32_to_e4m3(nextafterf(m, 1000));
+    }
+    bad += nb_nvfp4_scale_to_e4m3(0.0f) != 0;
+    NB_CHECK_MSG(bad == 0, "%d disagreements", bad);
+}
+
 /* ws2 = 2^-10 exactly (amax = 6 * 448 * 2^-10 = 2.625), block scale s = 1: w / q = w * 2^10
  * is exact, so the values hit each bound exactly. */
 static void test_recipe_exact(void)
@@ -241,7 +266,7 @@ static void test_torch_oracle(void)
 }
 
 static const nb_test tests[] = {
-    {"e2m1_bounds", test_e2m1_bounds}, {"recipe_exact", test_recipe_exact}, {"roundtrip", test_roundtrip},
+    {"e2m1_bounds", test_e2m1_bounds}, {"scale_encoder", test_scale_encoder}, {"recipe_exact", test_recipe_exact}, {"roundtrip", test_roundtrip},
     {"fp8_block", test_fp8_block},     {"torch_oracle", test_torch_oracle},
 };
 
