@@ -1,7 +1,9 @@
 /* Regex patterns of tokenizer.json through PCRE2 (UTF, UCP, JIT), iterated the way HF
  * `tokenizers` iterates its Oniguruma regexes. HF patterns are Oniguruma (Ruby syntax);
  * the differences that matter for tokenizer patterns are handled here:
- *   - Oniguruma's \s also matches U+0085 (NEL); PCRE2's does not: \s and \S are widened.
+ *   - \s differs: Oniguruma's is White_Space (tab..CR, space, U+0085, U+00A0, U+1680,
+ *     U+2000..U+200A, U+2028, U+2029, U+202F, U+205F, U+3000); PCRE2 10.42's also has
+ *     U+180E. \s and \S are spelled out as that explicit class.
  *   - Ruby's ^ and $ are line anchors: PCRE2_MULTILINE.
  *   - an empty match right after the previous match is skipped (one character ahead),
  *     as the onig crate's find_iter does.
@@ -11,6 +13,8 @@
 
 #include "base/error.h"
 #include "tokenizer/tok_internal.h"
+
+#define NB_ONIG_SPACE "\\t\\n\\x{0b}\\f\\r\\x{20}\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}"
 
 /* Rewrite an Oniguruma pattern into PCRE2 syntax (see the top of the file). */
 static nb_status nb_regex_translate(const char *pat, int literal, nb_tbuf *out)
@@ -31,10 +35,12 @@ static nb_status nb_regex_translate(const char *pat, int literal, nb_tbuf *out)
         if (c == '\\' && i + 1 < n) {
             char d = pat[i + 1];
             if (d == 's') {
-                NB_TRY(nb_tbuf_put(out, in_class ? "\\s\\x{85}" : "[\\s\\x{85}]", in_class ? 8 : 10));
+                const char *cls = in_class ? NB_ONIG_SPACE : "[" NB_ONIG_SPACE "]";
+                NB_TRY(nb_tbuf_put(out, cls, strlen(cls)));
             } else if (d == 'S' && !in_class) {
-                NB_TRY(nb_tbuf_put(out, "[^\\s\\x{85}]", 11));
-            } else {
+                const char *cls = "[^" NB_ONIG_SPACE "]";
+                NB_TRY(nb_tbuf_put(out, cls, strlen(cls)));
+            } else { /* \S inside a class stays PCRE2's (no class subtraction to express it) */
                 NB_TRY(nb_tbuf_put(out, pat + i, 2));
             }
             i++;

@@ -84,7 +84,8 @@ CODE = ["def f(x):\n    return x * 2\n", "for (int i = 0; i < n; i++) {\n\tsum +
         "if __name__ == '__main__':\n    main()\n", "const x = {a: 1, b: [2, 3]};\n",
         "#include <stdio.h>\nint main(void) { printf(\"%d\\n\", 42); }\n", "SELECT * FROM t WHERE id=7;\n"]
 NUMBERS = ["3.14159", "1,234,567", "2024-01-31", "0x1F", "1e-9", "42", "007", "１２３", "½", "Ⅻ", "٣٤٥"]
-SPACES = ["  ", "   ", "\t", "\n", "\n\n", "\r\n", "    \n", " \u00a0 ", "\u3000", "\u0085", "\u2028", "\u200b"]
+SPACES = ["  ", "   ", "\t", "\n", "\n\n", "\r\n", "    \n", " \u00a0 ", "\u3000", "\u0085", "\u2028", "\u200b",
+          " \u0085", "\u180e", " \u180e"]
 ACCENTS = ["café", "cafe\u0301", "naïve", "Ångström", "ﬁle", "Ⅸ", "ＡＢＣ", "İstanbul", "straße", "ΣΊΣΥΦΟΣ"]
 
 
@@ -130,6 +131,8 @@ def test_texts(specials):
         "a\u200bb\u200dc", "\u00a0\u00a0nbsp", "x" * 300, "ab" * 150, "1" * 50, "  \n  \n  ",
         "https://example.com/path?q=1&r=[2]#frag", "{\"key\": [1, 2, {\"n\": null}]}",
         "mixed中文and English和数字123在一起", "\U0001F600\U0001F600\U0001F600", "\u0000nul\u0001ctl\u007f",
+        # Oniguruma's \s includes U+0085; U+180E (which PCRE2 10.42's \s has) and U+001C are not \s
+        "a \u0085\u0085b", "a\u180e\u180eb c\u180e \u180e", "q\u180e \u200b\u2028z", "a\u001cb\u001d c \u2029\u0085 \u000b\u000c!",
     ]
     for i, s in enumerate(fixed):
         t.append(("fixed%d" % i, s.encode("utf-8")))
