@@ -8,10 +8,15 @@
 #include "base/error.h"
 #include "ops/cpu/cpu_ops.h"
 
-/* Rows of W dequantized per block: at most ~4M floats (16 MB) of scratch. */
+/* Rows of W dequantized per block: 4M floats (16 MB) of scratch. Smaller blocks help a
+ * single token (less memory traffic) but hurt batches (sgemm on thin panels); on the 2-core
+ * machine the difference was within the noise of a shared box, so one size for now. */
+#ifndef NB_LINEAR_BLOCK_FLOATS
+#define NB_LINEAR_BLOCK_FLOATS (4 << 20)
+#endif
 static int64_t rows_per_block(int64_t n, int64_t k)
 {
-    int64_t r = (int64_t)(4 << 20) / (k > 0 ? k : 1);
+    int64_t r = (int64_t)(NB_LINEAR_BLOCK_FLOATS) / (k > 0 ? k : 1);
     if (r < 1) r = 1;
     return r < n ? r : n;
 }
