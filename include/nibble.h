@@ -268,8 +268,9 @@ nb_status nb_engine_get_info(const nb_engine *e, nb_engine_info *out);
 
 /* A consistent snapshot for /metrics; counters are cumulative since create. */
 typedef struct nb_engine_stats {
-    int running;                      /* requests holding KV (prefilling or decoding) */
-    int waiting;                      /* queued, including preempted ones */
+    int running;                      /* sequences (choices) holding KV: prefilling or decoding */
+    int waiting;                      /* sequences queued, including preempted ones, plus
+                                         requests submitted but not yet taken in */
     int64_t kv_used_tokens;           /* page-granular: used pages x page_size */
     int64_t kv_total_tokens;
     double kv_usage;                  /* kv_used_tokens / kv_total_tokens */
