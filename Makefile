@@ -36,7 +36,7 @@ test-asan:
 
 test-fuzz:
 	CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DNIBBLE_CUDA=OFF -DNIBBLE_FUZZ=ON
-	cmake --build $(FUZZ_BUILD) -j $(JOBS)
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target nb_fuzz_all
 	cd $(FUZZ_BUILD) && ctest --output-on-failure -j $(JOBS) -L fuzz $(CTEST_FLAGS)
 
 # On the GPU machine: only the tests labelled gpu.
