@@ -14,6 +14,15 @@
 #include "format/numerics.h"
 #include "format/safetensors.h"
 
+#include <ftw.h>
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(p);
+}
+/* rm -rf of a test's temporary folder */
+static void rm_rf(const char *dir) { nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+
 static char nb_tmp[256];
 
 static const char *tmpdir(void)
@@ -347,4 +356,9 @@ static const nb_test tests[] = {
     {"truncated_file", test_truncated_file}, {"memory", test_memory},
 };
 
-int main(int argc, char **argv) { return nb_test_main(tests, NB_ARRAY_LEN(tests), argc, argv); }
+int main(int argc, char **argv)
+{
+    int rc = nb_test_main(tests, NB_ARRAY_LEN(tests), argc, argv);
+    if (nb_tmp[0]) rm_rf(nb_tmp);
+    return rc;
+}

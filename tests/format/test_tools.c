@@ -17,6 +17,15 @@
 #include "format/quantize.h"
 #include "format/tensor_role.h"
 
+#include <ftw.h>
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(p);
+}
+/* rm -rf of a test's temporary folder */
+static void rm_rf(const char *dir) { nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+
 static uint64_t rng = 0x2545f4914f6cdd1dull;
 static float frand(void)
 {
@@ -337,6 +346,7 @@ static void test_quantize_tiny(void)
     NB_CHECK(!nb_quant_excluded(&c.quant, "model.layers.1.self_attn.o_proj"));
     NB_CHECK(!nb_quant_excluded(&c.quant, "model.layers.1.mlp.experts.2.up_proj"));
     nb_model_config_free(&c);
+    rm_rf(in);
 }
 
 /* TP/EP arithmetic on a synthetic footprint. */
@@ -405,6 +415,7 @@ static void test_fixtures_quantize(void)
         nb_model_config_free(&ci);
         nb_model_config_free(&co);
     }
+    rm_rf(tmp);
     if (!seen) nb_test_skip("no tests/fixtures/*/model.safetensors");
 }
 
