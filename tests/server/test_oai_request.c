@@ -1,0 +1,233 @@
+/* Unit tests of the server's pure parts: OpenAI request parsing and validation (status,
+ * parameter named), the reasoning splitter (text and token-id modes, tags split across
+ * deltas), the Prometheus rendering.
+ *   build-srv/tests/test_oai_request [NAME_SUBSTRING] */
+#include "nbtest.h"
+#include "server/metrics.h"
+#include "server/oai_request.h"
+#include "server/reasoning.h"
+
+static int nb_bad(nb_oai_kind k, const char *body, int http, const char *param)
+{
+    nb_oai_request r;
+    nb_oai_error e = {0};
+    int rc = nb_oai_parse(k, body, strlen(body), &r, &e);
+    if (rc == 0) {
+        nb_oai_request_free(&r);
+        fprintf(stderr, "    accepted: %.80s\n", body);
+        return 0;
+    }
+    int ok = e.http == http && (!param || !strcmp(e.param, param));
+    if (!ok) fprintf(stderr, "    %.80s -> %d param '%s': %s\n", body, e.http, e.param, e.message);
+    char *j = nb_oai_error_json(&e);
+    ok &= j && strstr(j, "\"error\":{\"message\":") && strstr(j, "\"type\":");
+    free(j);
+    return ok;
+}
+
+static void test_completions_ok(void)
+{
+    const char *b = "{\"model\":\"m\",\"prompt\":[1,2,3],\"max_tokens\":7,\"temperature\":0.5,\"top_p\":0.9,"
+                    "\"top_k\":20,\"min_p\":0.1,\"repetition_penalty\":1.1,\"seed\":42,\"n\":2,\"stop\":[\"a\",\"bc\"],"
+                    "\"stop_token_ids\":[5],\"ignore_eos\":true,\"stream\":true,\"stream_options\":{\"include_usage\":true},"
+                    "\"logprobs\":3,\"user\":\"u\",\"unknown_field\":{}}";
+    nb_oai_request r;
+    nb_oai_error e = {0};
+    NB_CHECK(nb_oai_parse(NB_OAI_COMPLETIONS, b, strlen(b), &r, &e) == 0);
+    NB_CHECK(r.n_prompts == 1 && r.prompts[0].n_ids == 3 && r.prompts[0].ids[2] == 3);
+    NB_CHECK(r.sp.max_tokens == 7 && r.sp.n == 2 && r.sp.top_k == 20 && r.sp.seed == 42 && r.sp.ignore_eos);
+    NB_CHECK_NEAR(r.sp.temperature, 0.5, 1e-6);
+    NB_CHECK(r.sp.n_stop == 2 && !strcmp(r.sp.stop[1], "bc") && r.sp.n_stop_token_ids == 1);
+    NB_CHECK(r.stream && r.include_usage && r.logprobs && r.top_logprobs == 3 && r.sp.logprobs);
+    NB_CHECK(r.model && !strcmp(r.model, "m"));
+    nb_oai_request_free(&r);
+    const char *batch = "{\"prompt\":[\"ab\",\"c\"]}";
+    NB_CHECK(nb_oai_parse(NB_OAI_COMPLETIONS, batch, strlen(batch), &r, &e) == 0);
+    NB_CHECK(r.n_prompts == 2 && !strcmp(r.prompts[1].text, "c") && r.sp.max_tokens == 16 && !r.model);
+    nb_oai_request_free(&r);
+    const char *ids2 = "{\"prompt\":[[1,2],[3]],\"stop\":\"x\"}";
+    NB_CHECK(nb_oai_parse(NB_OAI_COMPLETIONS, ids2, strlen(ids2), &r, &e) == 0);
+    NB_CHECK(r.n_prompts == 2 && r.prompts[1].n_ids == 1 && r.sp.n_stop == 1 && !strcmp(r.sp.stop[0], "x"));
+    nb_oai_request_free(&r);
+}
+
+static void test_chat_ok(void)
+{
+    const char *b = "{\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\",\"content\":"
+                    "[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]},{\"role\":\"assistant\","
+                    "\"tool_calls\":[{\"id\":\"1\"}]}],\"enable_thinking\":false,\"max_completion_tokens\":9,"
+                    "\"logprobs\":true,\"top_logprobs\":2,\"tools\":[{\"type\":\"function\"}]}";
+    nb_oai_request r;
+    nb_oai_error e = {0};
+    NB_CHECK(nb_oai_parse(NB_OAI_CHAT, b, strlen(b), &r, &e) == 0);
+    NB_CHECK(cJSON_GetArraySize(r.messages) == 3);
+    const cJSON *c = cJSON_GetObjectItem(cJSON_GetArrayItem(r.messages, 1), "content");
+    NB_CHECK(cJSON_IsString(c) && !strcmp(c->valuestring, "a\nb"));
+    NB_CHECK(cJSON_IsFalse(cJSON_GetObjectItem(r.template_kwargs, "enable_thinking")));
+    NB_CHECK(r.sp.max_tokens == 9 && r.max_tokens_given && r.logprobs && r.top_logprobs == 2 && r.tools);
+    NB_CHECK(r.add_generation_prompt && r.separate_reasoning);
+    nb_oai_request_free(&r);
+    const char *d = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
+    NB_CHECK(nb_oai_parse(NB_OAI_CHAT, d, strlen(d), &r, &e) == 0);
+    NB_CHECK(r.sp.max_tokens == -1 && !r.max_tokens_given); /* chat: up to the context */
+    nb_oai_request_free(&r);
+}
+
+static void test_rejections(void)
+{
+    nb_oai_kind C = NB_OAI_COMPLETIONS, H = NB_OAI_CHAT;
+    NB_CHECK(nb_bad(C, "{\"prompt\":\"x\"", 400, ""));
+    NB_CHECK(nb_bad(C, "[1,2]", 400, ""));
+    NB_CHECK(nb_bad(C, "{}", 400, "prompt"));
+    NB_CHECK(nb_bad(C, "{\"prompt\":\"\"}", 400, "prompt"));
+    NB_CHECK(nb_bad(C, "{\"prompt\":[]}", 400, "prompt"));
+    NB_CHECK(nb_bad(C, "{\"prompt\":[1,-2]}", 400, "prompt"));
+    NB_CHECK(nb_bad(C, "{\"prompt\":[1.5]}", 400, "prompt"));
+    NB_CHECK(nb_bad(C, "{\"prompt\":[\"a\",[1]]}", 400, "prompt"));
+    NB_CHECK(nb_bad(C, "{\"prompt\":\"x\",\"temperature\":\"hot\"}", 400, "temperature"));
+    NB_CHECK(nb_bad(C, "{\"prompt\":\"x\",\"temperature\":1e400}", 400, "temperature"));
+    NB_CHECK(nb_bad(C, "{\"prompt\":\"x\",\"max_tokens\":1e300}", 400, "max_tokens"));
+    NB_CHECK(nb_bad(C, "{\"prompt\":\"x\",\"max_tokens\":0}", 400, "max_tokens"));
+    NB_CHECK(nb_bad(C, "{\"prompt\":\"x\",\"n\":0}", 400, "n"));
+    NB_CHECK(nb_bad(C, "{\"prompt\":\"x\",\"n\":129}", 400, "n"));
+    NB_CHECK(nb_bad(C, "{\"prompt\":\"x\",\"top_p\":0}", 400, "top_p"));
+    NB_CHECK(nb_bad(C, "{\"prompt\":\"x\",\"seed\":1e300}", 400, "seed"));
+    NB_CHECK(nb_bad(C, "{\"prompt\":\"x\",\"stream\":1}", 400, "stream"));
+    NB_CHECK(nb_bad(C, "{\"prompt\":\"x\",\"stop\":[\"\"]}", 400, "stop"));
+    NB_CHECK(nb_bad(C, "{\"prompt\":\"x\",\"stop\":7}", 400, "stop"));
+    NB_CHECK(nb_bad(C, "{\"prompt\":\"x\",\"logit_bias\":{\"1\":5}}", 400, "logit_bias"));
+    NB_CHECK(nb_bad(C, "{\"prompt\":\"x\",\"best_of\":3}", 400, "best_of"));
+    NB_CHECK(nb_bad(C, "{\"prompt\":\"x\",\"logprobs\":21}", 400, "logprobs"));
+    NB_CHECK(nb_bad(C, "{\"prompt\":\"x\",\"model\":5}", 400, "model"));
+    NB_CHECK(nb_bad(C, "{\"prompt\":\"x\",\"stream_options\":{\"include_usage\":\"yes\"}}", 400, "stream_options"));
+    NB_CHECK(nb_bad(C, "{\"prompt\":\"x\",\"regex\":\"a+\"}", 400, "regex"));
+    NB_CHECK(nb_bad(C, "{\"prompt\":\"x\",\"stop_token_ids\":[1,\"a\"]}", 400, "stop_token_ids"));
+    NB_CHECK(nb_bad(H, "{\"messages\":[]}", 400, "messages"));
+    NB_CHECK(nb_bad(H, "{\"messages\":{}}", 400, "messages"));
+    NB_CHECK(nb_bad(H, "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", 400, "messages[0].role"));
+    NB_CHECK(nb_bad(H, "{\"messages\":[{\"role\":\"user\"}]}", 400, "messages[0].content"));
+    NB_CHECK(nb_bad(H, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "messages[0].content"));
+    NB_CHECK(nb_bad(H, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", 400,
+                    "messages[0].content[0]"));
+    NB_CHECK(nb_bad(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", 400, "top_logprobs"));
+    NB_CHECK(nb_bad(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":{}}", 400, "tools"));
+    NB_CHECK(nb_bad(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"chat_template_kwargs\":[]}", 400,
+                    "chat_template_kwargs"));
+    /* Invalid UTF-8 (a lone continuation byte, an overlong '/', a surrogate) and deep nesting. */
+    NB_CHECK(nb_bad(C, "{\"prompt\":\"a\x80\"}", 400, ""));
+    NB_CHECK(nb_bad(C, "{\"prompt\":\"\xc0\xaf\"}", 400, ""));
+    NB_CHECK(nb_bad(C, "{\"prompt\":\"\xed\xa0\x80\"}", 400, ""));
+    char deep[5000];
+    memset(deep, '[', sizeof deep - 1);
+    deep[sizeof deep - 1] = 0;
+    NB_CHECK(nb_bad(C, deep, 400, ""));
+    /* A giant stop list is refused, naming stop. */
+    char *big = malloc(200000);
+    strcpy(big, "{\"prompt\":\"x\",\"stop\":[");
+    for (int i = 0; i < 1000; i++) strcat(big, i ? ",\"s\"" : "\"s\"");
+    strcat(big, "]}");
+    NB_CHECK(nb_bad(C, big, 400, "stop"));
+    free(big);
+}
+
+static void test_utf8(void)
+{
+    NB_CHECK(nb_oai_utf8_valid("h\xc3\xa9llo \xe2\x82\xac \xf0\x9f\x98\x80", 15));
+    NB_CHECK(!nb_oai_utf8_valid("\xf4\x90\x80\x80", 4)); /* > U+10FFFF */
+    NB_CHECK(!nb_oai_utf8_valid("\xe2\x82", 2));         /* truncated */
+}
+
+static void nb_feed_all(nb_reasoning *r, const char *const *parts, int n, char *reason, char *content)
+{
+    nb_strbuf a = {0}, b = {0};
+    for (int i = 0; i < n; i++) nb_reasoning_feed(r, parts[i], strlen(parts[i]), &a, &b);
+    nb_reasoning_flush(r, &a, &b);
+    snprintf(reason, 256, "%s", a.p ? a.p : "");
+    snprintf(content, 256, "%s", b.p ? b.p : "");
+    nb_sb_free(&a);
+    nb_sb_free(&b);
+}
+
+static void test_reasoning_text(void)
+{
+    char rs[256], ct[256];
+    nb_reasoning r;
+    const char *split[] = {" <thi", "nk>abc</th", "ink>xyz", "!"};
+    nb_reasoning_init(&r, NB_REASONING_GLM45, 0);
+    nb_feed_all(&r, split, 4, rs, ct);
+    NB_CHECK(!strcmp(rs, "abc") && !strcmp(ct, "xyz!"));
+    const char *plain[] = {"hello <think>not at start</think>"};
+    nb_reasoning_init(&r, NB_REASONING_QWEN3, 0);
+    nb_feed_all(&r, plain, 1, rs, ct);
+    NB_CHECK(!strcmp(rs, "") && !strcmp(ct, "hello <think>not at start</think>"));
+    const char *r1[] = {"<think>", "plan", "</", "think>", "answer"};
+    nb_reasoning_init(&r, NB_REASONING_DEEPSEEK_R1, 0);
+    nb_feed_all(&r, r1, 5, rs, ct);
+    NB_CHECK(!strcmp(rs, "plan") && !strcmp(ct, "answer"));
+    const char *r1b[] = {"plan <", "x</think>done"};
+    nb_reasoning_init(&r, NB_REASONING_DEEPSEEK_R1, 0);
+    nb_feed_all(&r, r1b, 2, rs, ct);
+    NB_CHECK(!strcmp(rs, "plan <x") && !strcmp(ct, "done"));
+    const char *open[] = {"still thinking"};
+    nb_reasoning_init(&r, NB_REASONING_GLM45, 1); /* the prompt opened <think> */
+    nb_feed_all(&r, open, 1, rs, ct);
+    NB_CHECK(!strcmp(rs, "still thinking") && !strcmp(ct, ""));
+    const char *none[] = {"<think>x</think>y"};
+    nb_reasoning_init(&r, NB_REASONING_NONE, 0);
+    nb_feed_all(&r, none, 1, rs, ct);
+    NB_CHECK(!strcmp(ct, "<think>x</think>y"));
+    NB_CHECK(nb_reasoning_prompt_open("a<think>b</think><think>", 24));
+    NB_CHECK(!nb_reasoning_prompt_open("a<think>b</think>", 17));
+    NB_CHECK(nb_reasoning_parse_kind("deepseek-r1") == NB_REASONING_DEEPSEEK_R1 && nb_reasoning_parse_kind("x") < 0);
+}
+
+static void test_reasoning_ids(void)
+{
+    nb_reasoning r;
+    nb_strbuf a = {0}, b = {0};
+    nb_reasoning_init(&r, NB_REASONING_GLM45, 0);
+    nb_reasoning_use_ids(&r, 10, 11);
+    int32_t t0[] = {10}, t1[] = {5}, t2[] = {11}, t3[] = {6};
+    nb_reasoning_feed_tokens(&r, t0, 1, "", 0, &a, &b); /* <think> decodes to nothing */
+    nb_reasoning_feed_tokens(&r, t1, 1, "hm", 2, &a, &b);
+    nb_reasoning_feed_tokens(&r, t2, 1, "", 0, &a, &b);
+    nb_reasoning_feed_tokens(&r, t3, 1, "ok", 2, &a, &b);
+    NB_CHECK(a.p && !strcmp(a.p, "hm") && b.p && !strcmp(b.p, "ok"));
+    nb_sb_free(&a);
+    nb_sb_free(&b);
+    nb_reasoning_init(&r, NB_REASONING_QWEN3, 0);
+    nb_reasoning_use_ids(&r, 10, 11);
+    nb_reasoning_feed_tokens(&r, t1, 1, "hi", 2, &a, &b);
+    NB_CHECK(!a.p && b.p && !strcmp(b.p, "hi"));
+    nb_sb_free(&b);
+}
+
+static void test_metrics_render(void)
+{
+    nb_srv_metrics *m = nb_srv_metrics_new();
+    nb_srv_metrics_observe(m, NB_HIST_TTFT, 0.003);
+    nb_srv_metrics_observe(m, NB_HIST_TTFT, 1000);
+    nb_srv_metrics_finish(m, NB_FINISH_LENGTH);
+    nb_srv_metrics_http(m, 413);
+    nb_strbuf o = {0};
+    nb_srv_metrics_render(m, NULL, 0, &o);
+    NB_CHECK(o.p && strstr(o.p, "nibble:server_ready 0\n"));
+    NB_CHECK(strstr(o.p, "nibble:time_to_first_token_seconds_bucket{le=\"0.001\"} 0\n"));
+    NB_CHECK(strstr(o.p, "nibble:time_to_first_token_seconds_bucket{le=\"0.005\"} 1\n"));
+    NB_CHECK(strstr(o.p, "nibble:time_to_first_token_seconds_bucket{le=\"160\"} 1\n"));
+    NB_CHECK(strstr(o.p, "nibble:time_to_first_token_seconds_bucket{le=\"+Inf\"} 2\n"));
+    NB_CHECK(strstr(o.p, "nibble:time_to_first_token_seconds_count 2\n"));
+    NB_CHECK(strstr(o.p, "nibble:request_finished_total{finish_reason=\"length\"} 1\n"));
+    NB_CHECK(strstr(o.p, "nibble:http_responses_total{code=\"413\"} 1\n"));
+    NB_CHECK(strstr(o.p, "# TYPE nibble:e2e_request_latency_seconds histogram\n"));
+    nb_sb_free(&o);
+    nb_srv_metrics_free(m);
+}
+
+static const nb_test tests[] = {
+    {"completions_ok", test_completions_ok}, {"chat_ok", test_chat_ok},           {"rejections", test_rejections},
+    {"utf8", test_utf8},                     {"reasoning_text", test_reasoning_text}, {"reasoning_ids", test_reasoning_ids},
+    {"metrics_render", test_metrics_render},
+};
+
+int main(int argc, char **argv) { return nb_test_main(tests, NB_ARRAY_LEN(tests), argc, argv); }
