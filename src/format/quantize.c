@@ -111,6 +111,12 @@ static int nb_q_wanted(const nb_st_tensor *t, const nb_tensor_info *ti, const nb
  * the generalized glob matches no quantized module. */
 static nb_status nb_q_exclude_list(const nb_q_job *jobs, int n, cJSON *arr)
 {
+    /* generalized globs already judged (few distinct ones: one per module kind), so the
+     * check against every quantized module runs once per glob, not once per module */
+    enum { NB_Q_MAX_GLOBS = 256 };
+    char seen[NB_Q_MAX_GLOBS][600];
+    uint8_t clashes[NB_Q_MAX_GLOBS];
+    int n_seen = 0;
     for (int i = 0; i < n; i++) {
         const nb_q_job *j = &jobs[i];
         nb_tensor_info ti = nb_tensor_info_of(j->src->name);
@@ -131,8 +137,17 @@ static nb_status nb_q_exclude_list(const nb_q_job *jobs, int n, cJSON *arr)
             s++;
         }
         g[o] = 0;
-        int clash = 0;
-        for (int k = 0; k < n && !clash; k++) clash = jobs[k].quant && fnmatch(g, jobs[k].module, 0) == 0;
+        int clash = -1;
+        for (int k = 0; k < n_seen && clash < 0; k++)
+            if (!strcmp(seen[k], g)) clash = clashes[k];
+        if (clash < 0) {
+            clash = 0;
+            for (int k = 0; k < n && !clash; k++) clash = jobs[k].quant && fnmatch(g, jobs[k].module, 0) == 0;
+            if (n_seen < NB_Q_MAX_GLOBS) {
+                memcpy(seen[n_seen], g, o + 1);
+                clashes[n_seen++] = (uint8_t)clash;
+            }
+        }
         const char *add = clash ? j->module : g;
         int dup = 0;
         for (const cJSON *e = arr->child; e && !dup; e = e->next) dup = !strcmp(e->valuestring, add);
