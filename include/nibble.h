@@ -205,10 +205,11 @@ typedef struct nb_engine_event {
     int n_tokens;
     const char *text;                 /* UTF-8 text that became final with these tokens
                                          (may be "" while a multi-byte character or a
-                                         possible stop string is pending). On FINISH: the
-                                         text held back until the end (usually ""). NULL
-                                         without a tokenizer. The concatenation of all
-                                         texts of a choice is its completion. */
+                                         possible stop string is pending; what is still
+                                         held when the choice ends comes with its last
+                                         token). On FINISH: always "". NULL without a
+                                         tokenizer. The concatenation of all texts of a
+                                         choice is its completion. */
     size_t text_len;
     const float *logprobs;            /* [n_tokens] when requested, else NULL */
     const nb_token_logprob *top_logprobs; /* [n_tokens][n_top], best first, else NULL */

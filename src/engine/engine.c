@@ -146,41 +146,14 @@ static void nb_emit_finish(nb_engine *e, nb_req *r, int ci, nb_finish_reason why
 {
     nb_choice *c = &r->ch[ci];
     if (c->done) return;
-    /* release text held back for stop strings or an unfinished character (not after a
-     * stop-string match, and not on abort) */
-    char *tail = NULL;
-    size_t tail_len = 0;
-    if (why != NB_FINISH_ABORT && stop_str < 0 && c->detok) {
-        const char *d = "", *t = "";
-        size_t dl = 0, tl = 0;
-        int matched = -1;
-        if (nb_detok_flush(c->detok, &d, &dl) == NB_OK && dl) matched = nb_stop_push(&c->stop, d, dl, &t, &tl);
-        tail = malloc(tl + 1);
-        if (tail) {
-            memcpy(tail, t, tl);
-            tail_len = tl;
-            if (matched < 0) { /* no stop string can complete any more: release the rest */
-                const char *rest = "";
-                size_t rl = 0;
-                nb_stop_flush(&c->stop, &rest, &rl);
-                char *t2 = realloc(tail, tl + rl + 1);
-                if (t2) {
-                    tail = t2;
-                    memcpy(tail + tl, rest, rl);
-                    tail_len = tl + rl;
-                }
-            }
-            tail[tail_len] = 0;
-        }
-    }
     c->done = 1;
     r->n_done++;
     nb_sched_remove(&e->sched, c->seq);
     nb_engine_event ev = {.type = NB_EVENT_FINISH,
                           .request_id = r->id,
                           .index = ci,
-                          .text = c->detok ? (tail ? tail : "") : NULL,
-                          .text_len = tail_len,
+                          .text = c->detok ? "" : NULL,
+                          .text_len = 0,
                           .finish_reason = why,
                           .stop_token = stop_tok,
                           .stop_string = stop_str,
@@ -194,7 +167,6 @@ static void nb_emit_finish(nb_engine *e, nb_req *r, int ci, nb_finish_reason why
         e->stats.requests_finished++;
     pthread_mutex_unlock(&e->mu);
     r->fn(&ev, r->user);
-    free(tail);
 }
 
 static void nb_live_remove_done(nb_engine *e)
@@ -361,6 +333,7 @@ static void nb_sample_and_deliver(nb_engine *e, nb_req *r, int ci, float *row)
     const char *text = NULL;
     size_t text_len = 0;
     int stop_str = -1;
+    char *joined = NULL;
     if (c->detok) {
         const char *d = "";
         size_t dl = 0;
@@ -370,6 +343,59 @@ static void nb_sample_and_deliver(nb_engine *e, nb_req *r, int ci, float *row)
         }
         stop_str = nb_stop_push(&c->stop, d, dl, &text, &text_len);
         if (stop_str == -2) stop_str = -1;
+    }
+    /* decide the finish before delivering, so that text held back (a possible stop
+     * string prefix, an unfinished character) goes out with this last token */
+    nb_finish_reason why = NB_FINISH_NONE;
+    int32_t stop_tok = -1;
+    if (stop_str >= 0) {
+        why = NB_FINISH_STOP;
+    } else if (nb_is_stop_token(e, r, smp.token)) {
+        why = NB_FINISH_STOP;
+        stop_tok = smp.token;
+    } else if (c->n_out >= r->max_tokens || q->len >= q->cap) {
+        why = NB_FINISH_LENGTH;
+    }
+    if (why != NB_FINISH_NONE && stop_str < 0 && c->detok) {
+        joined = malloc(text_len + 1);
+        if (joined) {
+            memcpy(joined, text, text_len);
+            size_t jl = text_len;
+            const char *d = "", *t = "";
+            size_t dl = 0, tl = 0;
+            int m = -1;
+            if (nb_detok_flush(c->detok, &d, &dl) == NB_OK && dl) m = nb_stop_push(&c->stop, d, dl, &t, &tl);
+            if (m >= 0) {
+                why = NB_FINISH_STOP;
+                stop_tok = -1;
+                stop_str = m;
+            }
+            if (m == -1) { /* nothing can complete a stop string any more: release the rest */
+                const char *rest = "";
+                size_t rl = 0;
+                char *tcopy = malloc(tl + 1);
+                if (tcopy) memcpy(tcopy, t, tl);
+                nb_stop_flush(&c->stop, &rest, &rl);
+                char *nj = realloc(joined, jl + tl + rl + 1);
+                if (nj && tcopy) {
+                    joined = nj;
+                    memcpy(joined + jl, tcopy, tl);
+                    memcpy(joined + jl + tl, rest, rl);
+                    jl += tl + rl;
+                }
+                free(tcopy);
+            } else if (m >= 0) {
+                char *nj = realloc(joined, jl + tl + 1);
+                if (nj) {
+                    joined = nj;
+                    memcpy(joined + jl, t, tl);
+                    jl += tl;
+                }
+            }
+            joined[jl] = 0;
+            text = joined;
+            text_len = jl;
+        }
     }
     int want_lp = r->sp.logprobs || r->sp.top_logprobs > 0;
     nb_engine_event ev = {.type = NB_EVENT_TOKENS,
@@ -385,16 +411,11 @@ static void nb_sample_and_deliver(nb_engine *e, nb_req *r, int ci, float *row)
                           .stop_token = -1,
                           .stop_string = -1};
     r->fn(&ev, r->user);
+    free(joined);
     pthread_mutex_lock(&e->mu);
     e->stats.generation_tokens_total++;
     pthread_mutex_unlock(&e->mu);
-
-    if (stop_str >= 0)
-        nb_emit_finish(e, r, ci, NB_FINISH_STOP, -1, stop_str);
-    else if (nb_is_stop_token(e, r, smp.token))
-        nb_emit_finish(e, r, ci, NB_FINISH_STOP, smp.token, -1);
-    else if (c->n_out >= r->max_tokens || q->len >= q->cap)
-        nb_emit_finish(e, r, ci, NB_FINISH_LENGTH, -1, -1);
+    if (why != NB_FINISH_NONE) nb_emit_finish(e, r, ci, why, stop_tok, stop_str);
 }
 
 static nb_status nb_grow_buffers(nb_engine *e, int rows)

@@ -301,6 +301,22 @@ static void test_glm5_tiny_text_and_stops(void)
         NB_CHECK_MSG(b.len == (size_t)at && !memcmp(b.text, a.text, (size_t)at), "emitted %zu bytes, want %d", b.len, at);
         NB_CHECK(b.n < a.n && !memcmp(b.toks, a.toks, (size_t)b.n * sizeof(int32_t)));
     }
+    /* a stop string that begins with the last character of the text but never completes:
+     * that character is held back until the end and must still arrive (with the last
+     * token), so the text equals the unstopped run */
+    if (a.len > 0) {
+        char tailstop[8] = {a.text[a.len - 1], '\x7f', '\x7f', 0};
+        if ((unsigned char)tailstop[0] < 0x80) {
+            const char *stops[1] = {tailstop};
+            sp.stop = stops;
+            sp.n_stop = 1;
+            textc c;
+            run_text(e, prompt, (int)np, &sp, &c);
+            NB_CHECK(c.why == NB_FINISH_LENGTH && c.n == a.n);
+            NB_CHECK_MSG(c.len == a.len && !memcmp(c.text, a.text, a.len), "held-back tail lost: %zu of %zu bytes",
+                         c.len, a.len);
+        }
+    }
     free(piece);
     free(dec);
     free(prompt);
