@@ -38,10 +38,11 @@ nb_status nb_engine_create(const nb_engine_params *p, nb_engine **out)
     if (p->cpu_mem_gb < 0) return nb_error(NB_ERR_INVALID_ARG, "--cpu-mem-gb %g: must be >= 0", p->cpu_mem_gb);
     nb_engine_parts parts;
     memset(&parts, 0, sizeof parts);
-    NB_TRY(nb_model_runner_create(p->model, p->threads, &parts.runner));
+    parts.mem_budget_bytes = p->cpu_mem_gb > 0 ? p->cpu_mem_gb * 1073741824.0 : nb_phys_mem_bytes() / 2;
+    double frac = p->mem_fraction_static > 0 && p->mem_fraction_static <= 1 ? p->mem_fraction_static : 1.0;
+    NB_TRY(nb_model_runner_create(p->model, p->threads, parts.mem_budget_bytes * frac, &parts.runner));
     const char *base = strrchr(p->model, '/');
     snprintf(parts.model_name, sizeof parts.model_name, "%s", nb_synthetic_is(p->model) || !base || !base[1] ? p->model : base + 1);
-    parts.mem_budget_bytes = p->cpu_mem_gb > 0 ? p->cpu_mem_gb * 1073741824.0 : nb_phys_mem_bytes() / 2;
 
     nb_status st = NB_OK;
     const char *tokdir = p->tokenizer ? p->tokenizer : nb_synthetic_is(p->model) ? NULL : p->model;

@@ -45,7 +45,27 @@ static void nb_mr_destroy(nb_runner *r)
     free(m);
 }
 
-nb_status nb_model_runner_create(const char *spec, int threads, nb_runner **out)
+/* Parse a synthetic spec's config only, to size it before generating anything. */
+static nb_status nb_synthetic_check_size(const char *spec, double max_bytes)
+{
+    if (max_bytes <= 0) return NB_OK;
+    char *json = NULL;
+    NB_TRY(nb_synthetic_config_json(spec, &json));
+    nb_model_config c;
+    nb_status st = nb_model_config_parse(spec, json, &c);
+    free(json);
+    if (st != NB_OK) return st;
+    double need = nb_synthetic_weight_bytes(&c);
+    nb_model_config_free(&c);
+    if (need > max_bytes)
+        return nb_error(NB_ERR_OUT_OF_MEMORY,
+                        "model '%s': %.1f GiB of weights do not fit the %.1f GiB budget (raise --cpu-mem-gb or "
+                        "shrink it, e.g. :num_hidden_layers=2,n_routed_experts=16)",
+                        spec, need / 1073741824.0, max_bytes / 1073741824.0);
+    return NB_OK;
+}
+
+nb_status nb_model_runner_create(const char *spec, int threads, double max_weight_bytes, nb_runner **out)
 {
     *out = NULL;
     nb_model_runner *m = calloc(1, sizeof *m);
@@ -54,7 +74,8 @@ nb_status nb_model_runner_create(const char *spec, int threads, nb_runner **out)
     mp.n_threads = threads;
     nb_status st;
     if (nb_synthetic_is(spec)) {
-        st = nb_synthetic_build(spec, &m->cfg, &m->ck);
+        st = nb_synthetic_check_size(spec, max_weight_bytes);
+        if (st == NB_OK) st = nb_synthetic_build(spec, &m->cfg, &m->ck);
         if (st == NB_OK) {
             m->owns_cfg = 1;
             st = nb_model_from_checkpoint(&m->cfg, m->ck, &mp, &m->model);
