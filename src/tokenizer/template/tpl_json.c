@@ -73,7 +73,7 @@ static int json_key(tpl_buf *b, tv k, int ascii)
 
 static nb_status dump(tpl_ctx *c, int line, tpl_buf *b, tv v, const jopts *o, int level)
 {
-    if (level > 200) return tpl_fail(c, line, "tojson: nesting too deep");
+    if (level > 1000) return tpl_fail(c, line, "tojson: nesting too deep");
     switch (v.t) {
     case TV_NONE: tpl_buf_puts(b, "null"); return NB_OK;
     case TV_BOOL: tpl_buf_puts(b, v.u.i ? "true" : "false"); return NB_OK;

@@ -14,7 +14,10 @@ typedef struct parser {
     nb_template *t;
     tpl_tok *tk;
     size_t ntk, i;
+    int depth; /* recursion depth: bounded so hostile input cannot exhaust the stack */
 } parser;
+
+#define MAX_NESTING 200
 
 #define CUR(P) (&(P)->tk[(P)->i])
 #define PEEK(P, k) (&(P)->tk[(P)->i + (k) < (P)->ntk ? (P)->i + (k) : (P)->ntk - 1])
@@ -418,7 +421,22 @@ static nb_status parse_primary(parser *P, tpl_node **out)
     return unexpected(P, "an expression");
 }
 
+static nb_status nesting_fail(parser *P)
+{
+    return pfail(P, CUR(P)->line, "nesting deeper than %s levels", "200");
+}
+
+static nb_status parse_unary_inner(parser *P, int with_filter, tpl_node **out);
 static nb_status parse_unary(parser *P, int with_filter, tpl_node **out)
+{
+    if (P->depth >= MAX_NESTING) return nesting_fail(P);
+    P->depth++;
+    nb_status st = parse_unary_inner(P, with_filter, out);
+    P->depth--;
+    return st;
+}
+
+static nb_status parse_unary_inner(parser *P, int with_filter, tpl_node **out)
 {
     tpl_tok *k = CUR(P);
     if (is_op(k, "-") || is_op(k, "+")) {
@@ -542,9 +560,12 @@ static nb_status parse_compare(parser *P, tpl_node **out)
 static nb_status parse_not(parser *P, tpl_node **out)
 {
     if (is_name(CUR(P), "not")) {
+        if (P->depth >= MAX_NESTING) return nesting_fail(P);
         MK(n, N_NOT, CUR(P)->line);
         P->i++;
+        P->depth++;
         NB_TRY(parse_not(P, &n->a));
+        P->depth--;
         *out = n;
         return NB_OK;
     }
@@ -681,8 +702,20 @@ static nb_status parse_statements(parser *P, const char *const *ends, int nends,
 
 static nb_status parse_statement(parser *P, tpl_node **out);
 
+static nb_status parse_body_inner(parser *P, const char *const *ends, int nends, const char *open_tag, int open_line,
+                                  tpl_node **out);
 static nb_status parse_body(parser *P, const char *const *ends, int nends, const char *open_tag, int open_line,
                             tpl_node **out)
+{
+    if (P->depth >= MAX_NESTING) return nesting_fail(P);
+    P->depth++;
+    nb_status st = parse_body_inner(P, ends, nends, open_tag, open_line, out);
+    P->depth--;
+    return st;
+}
+
+static nb_status parse_body_inner(parser *P, const char *const *ends, int nends, const char *open_tag, int open_line,
+                                  tpl_node **out)
 {
     nvec st = {0};
     MK(body, N_BODY, CUR(P)->line);

@@ -475,20 +475,33 @@ static void str_repr(tpl_buf *b, const char *s, size_t n)
     tpl_buf_putc(b, q);
 }
 
-static void dict_repr(tpl_buf *b, const tpl_dict *d)
+static void repr_depth(tpl_buf *b, tv v, int depth);
+static void str_depth(tpl_buf *b, tv v, int depth);
+
+/* A namespace can hold itself ({% set ns.me = ns %}): printing stops at this depth. */
+#define REPR_MAX_DEPTH 100
+
+static void dict_repr(tpl_buf *b, const tpl_dict *d, int depth)
 {
     tpl_buf_putc(b, '{');
     for (size_t i = 0; i < d->n; i++) {
         if (i) tpl_buf_puts(b, ", ");
-        tv_repr_to(b, d->k[i]);
+        repr_depth(b, d->k[i], depth + 1);
         tpl_buf_puts(b, ": ");
-        tv_repr_to(b, d->v[i]);
+        repr_depth(b, d->v[i], depth + 1);
     }
     tpl_buf_putc(b, '}');
 }
 
-void tv_repr_to(tpl_buf *b, tv v)
+void tv_repr_to(tpl_buf *b, tv v) { repr_depth(b, v, 0); }
+void tv_str_to(tpl_buf *b, tv v) { str_depth(b, v, 0); }
+
+static void repr_depth(tpl_buf *b, tv v, int depth)
 {
+    if (depth > REPR_MAX_DEPTH) {
+        tpl_buf_puts(b, "...");
+        return;
+    }
     switch (v.t) {
     case TV_UNDEF: tpl_buf_puts(b, "Undefined"); break;
     case TV_STR: str_repr(b, v.u.s.p, v.u.s.n); break;
@@ -497,18 +510,18 @@ void tv_repr_to(tpl_buf *b, tv v)
         tpl_buf_putc(b, tup ? '(' : '[');
         for (size_t i = 0; i < v.u.l->n; i++) {
             if (i) tpl_buf_puts(b, ", ");
-            tv_repr_to(b, v.u.l->v[i]);
+            repr_depth(b, v.u.l->v[i], depth + 1);
         }
         if (tup && v.u.l->n == 1) tpl_buf_putc(b, ',');
         tpl_buf_putc(b, tup ? ')' : ']');
         break;
     }
-    case TV_DICT: dict_repr(b, v.u.d); break;
-    default: tv_str_to(b, v); break;
+    case TV_DICT: dict_repr(b, v.u.d, depth); break;
+    default: str_depth(b, v, depth); break;
     }
 }
 
-void tv_str_to(tpl_buf *b, tv v)
+static void str_depth(tpl_buf *b, tv v, int depth)
 {
     switch (v.t) {
     case TV_UNDEF: break;
@@ -519,7 +532,7 @@ void tv_str_to(tpl_buf *b, tv v)
     case TV_STR: tpl_buf_put(b, v.u.s.p, v.u.s.n); break;
     case TV_NS:
         tpl_buf_puts(b, "<Namespace ");
-        dict_repr(b, v.u.d);
+        dict_repr(b, v.u.d, depth);
         tpl_buf_putc(b, '>');
         break;
     case TV_LOOP:
@@ -530,6 +543,6 @@ void tv_str_to(tpl_buf *b, tv v)
             tpl_buf_printf(b, "<Macro '%s'>", v.u.fn->name ? v.u.fn->name : "caller");
         else tpl_buf_printf(b, "<built-in method %s>", v.u.fn->name ? v.u.fn->name : "?");
         break;
-    default: tv_repr_to(b, v); break;
+    default: repr_depth(b, v, depth); break;
     }
 }
