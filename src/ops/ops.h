@@ -126,11 +126,12 @@ nb_status nb_op_add(nb_ops_ctx *ctx, const nb_tensor *x, nb_tensor *y);
 /* ---- rotary embedding ------------------------------------------------------------------ */
 
 /* Rotary tables computed once per model from its config (HF rope_init for default / yarn). */
+#define NB_ROPE_MAX_PAIRS 256 /* rotated dims per head <= 512 */
 typedef struct nb_rope {
     int dim;               /* rotated dims per head (even) */
     int interleave;        /* 1: pairs (2i, 2i+1); 0: halves (i, i + dim/2) */
     float attention_scaling; /* multiplies cos and sin (yarn mscale; 1 for default) */
-    float inv_freq[256];   /* dim/2 used */
+    float inv_freq[NB_ROPE_MAX_PAIRS]; /* dim/2 used */
 } nb_rope;
 
 struct nb_rope_config;

@@ -107,6 +107,17 @@ static void test_rope(void)
     NB_CHECK_NEAR(y[1], 2 * cos(2.0) + 1 * sin(2.0), 1e-6);
     NB_CHECK_NEAR(y[2], 3 * cos(0.2) - 4 * sin(0.2), 1e-6);
     NB_CHECK_NEAR(y[3], 4 * cos(0.2) + 3 * sin(0.2), 1e-6);
+    /* the widest supported head rotates its last pair too; wider is refused */
+    nb_rope wide;
+    NB_CHECK_OK(nb_rope_init(&rc, 2 * NB_ROPE_MAX_PAIRS, &wide));
+    float *big = calloc(2 * NB_ROPE_MAX_PAIRS, sizeof(float));
+    big[NB_ROPE_MAX_PAIRS - 1] = 1; /* first element of the last half-split pair */
+    nb_tensor bt = nb_tensor_3d(big, NB_DTYPE_F32, 1, 1, 2 * NB_ROPE_MAX_PAIRS);
+    NB_CHECK_OK(nb_op_rope(ctx(), &bt, pos, &wide));
+    double ang = 2.0 * (double)wide.inv_freq[NB_ROPE_MAX_PAIRS - 1];
+    NB_CHECK_NEAR(big[2 * NB_ROPE_MAX_PAIRS - 1], sin(ang), 1e-6);
+    free(big);
+    NB_CHECK_STATUS(nb_rope_init(&rc, 2 * NB_ROPE_MAX_PAIRS + 2, &wide), NB_ERR_UNSUPPORTED);
     /* position 0 is the identity */
     float z[4] = {1, 2, 3, 4};
     int32_t p0[1] = {0};

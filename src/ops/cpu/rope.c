@@ -25,16 +25,16 @@ static double yarn_correction_dim(double rotations, int dim, double base, double
 nb_status nb_rope_init(const struct nb_rope_config *rc, int rotary_dim, nb_rope *out)
 {
     memset(out, 0, sizeof *out);
-    if (rotary_dim <= 0 || rotary_dim % 2 || rotary_dim / 2 > (int)NB_ARRAY_LEN(out->inv_freq))
+    if (rotary_dim <= 0 || rotary_dim % 2 || rotary_dim / 2 > NB_ROPE_MAX_PAIRS)
         return nb_error(NB_ERR_UNSUPPORTED, "rope: rotary dim %d (must be even, <= %d)", rotary_dim,
-                        (int)(2 * NB_ARRAY_LEN(out->inv_freq)));
+                        2 * NB_ROPE_MAX_PAIRS);
     if (!(rc->theta > 0)) return nb_error(NB_ERR_INVALID_ARG, "rope: rope_theta %g", rc->theta);
     out->dim = rotary_dim;
     out->interleave = rc->interleave;
     out->attention_scaling = 1.0f;
     const int half = rotary_dim / 2;
     /* HF computes base ** (arange(0, dim, 2) / dim) in float32. */
-    float pos_freq[128];
+    float pos_freq[NB_ROPE_MAX_PAIRS];
     for (int i = 0; i < half; i++) pos_freq[i] = powf((float)rc->theta, (float)(2 * i) / (float)rotary_dim);
     if (rc->type == NB_ROPE_DEFAULT) {
         for (int i = 0; i < half; i++) out->inv_freq[i] = 1.0f / pos_freq[i];
@@ -78,7 +78,7 @@ nb_status nb_cpu_rope(nb_ops_ctx *ctx, nb_tensor *x, const int32_t *pos, const n
         return nb_error(NB_ERR_INVALID_ARG, "rope: head has %lld dims, fewer than the %d rotated",
                         (long long)x->shape[2], rope->dim);
     const int half = rope->dim / 2;
-    float c[128], s[128];
+    float c[NB_ROPE_MAX_PAIRS], s[NB_ROPE_MAX_PAIRS];
     for (int64_t t = 0; t < x->shape[0]; t++) {
         for (int i = 0; i < half; i++) {
             float ang = (float)pos[t] * rope->inv_freq[i]; /* one float32 rounding, as HF */
