@@ -74,7 +74,8 @@ typedef struct nb_batch {
  * or 1. */
 int nb_batch_logit_rows(const nb_batch *b);
 
-/* Run one step (one call at a time per model: the model's op context holds the scratch). Writes the KV rows of every token of the batch, then logits F32
+/* Run one step (one call at a time per model: the model's op context holds the scratch).
+ * Writes the KV rows of every token of the batch, then logits F32
  * [nb_batch_logit_rows(b), vocab] in sequence order (host memory). Sequences of one batch must
  * not share slots. Errors: NB_ERR_INVALID_ARG naming the sequence and field (token id out of
  * range, slot out of the pool, positions beyond max_position_embeddings). */
