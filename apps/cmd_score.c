@@ -23,7 +23,7 @@ int nb_cmd_score(int argc, char **argv)
 {
     const char *model_dir = NULL, *ids_s = NULL, *out = NULL, *backend = NULL;
     int threads = 0;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* every option takes a value */
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage() - 2;
@@ -34,7 +34,6 @@ int nb_cmd_score(int argc, char **argv)
         else if (!strcmp(a, "--backend")) backend = v;
         else if (!strcmp(a, "--threads")) threads = atoi(v);
         else return usage();
-        i++;
     }
     if (!model_dir || !ids_s || !out || nb_cli_check_backend(backend)) return usage();
     int32_t *ids;
