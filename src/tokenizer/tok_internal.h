@@ -325,6 +325,9 @@ nb_status nb_tok_load_configs(nb_tokenizer *t, const char *dir);
 /* Scratch lifetime. */
 nb_status nb_tok_scratch_init(nb_tok_scratch *sc);
 void nb_tok_scratch_free(nb_tok_scratch *sc);
+/* This thread's scratch (created on first use, freed at thread exit). Not reentrant: only
+ * the outermost API call (encode, decode) uses it. */
+nb_status nb_tok_scratch_thread(nb_tok_scratch **out);
 
 /* For the streaming detokenizer: 1 when id decodes through a ByteFallback decoder as a
  * <0xNN> byte token (a later byte token can still turn it into U+FFFD, so its text must

@@ -14,6 +14,9 @@
 #include "base/log.h"
 #include "tokenizer/tok_internal.h"
 
+/* Ids index dense tables: refuse absurd ones (real vocabularies stay under a million). */
+#define NB_TOK_MAX_ID (1 << 24)
+
 typedef struct nb_ctx {
     const char *what; /* file name for errors */
 } nb_ctx;
@@ -309,7 +312,7 @@ static nb_status nb_pair_id(const nb_ctx *c, const char *path, const cJSON *o, c
 {
     const cJSON *a = nb_get(o, k);
     const cJSON *v = cJSON_IsArray(a) && cJSON_GetArraySize(a) == 2 ? cJSON_GetArrayItem(a, 1) : NULL;
-    if (!cJSON_IsNumber(v) || v->valuedouble < 0)
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= NB_TOK_MAX_ID)
         return nb_error(NB_ERR_FORMAT, "%s: %s.%s must be [token, id]", c->what, path, k);
     *id = (int32_t)v->valuedouble;
     return NB_OK;
@@ -369,7 +372,7 @@ static nb_status nb_parse_post(const nb_ctx *c, const char *path, const cJSON *o
         const cJSON *v;
         cJSON_ArrayForEach(v, ids)
         {
-            if (!cJSON_IsNumber(v) || v->valuedouble < 0) {
+            if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= NB_TOK_MAX_ID) {
                 st = nb_error(NB_ERR_FORMAT, "%s: %s.special_tokens['%s'].ids must be ids", c->what, path, name);
                 break;
             }
@@ -411,9 +414,9 @@ static nb_status nb_parse_model(const nb_ctx *c, const cJSON *o, nb_bpe *m)
     int32_t max_id = -1;
     cJSON_ArrayForEach(v, vocab)
     {
-        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 2e9 ||
+        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= NB_TOK_MAX_ID ||
             v->valuedouble != (double)(int32_t)v->valuedouble)
-            return nb_error(NB_ERR_FORMAT, "%s: model.vocab['%s'] must be a non-negative integer id", c->what,
+            return nb_error(NB_ERR_FORMAT, "%s: model.vocab['%s'] must be an integer id in [0, 2^24)", c->what,
                             v->string ? v->string : "?");
         int32_t id = (int32_t)v->valuedouble;
         NB_TRY(nb_strmap_put(&m->vocab, v->string, strlen(v->string), id));
@@ -495,6 +498,7 @@ static nb_status nb_parse_added(const nb_ctx *c, nb_tokenizer *t, const cJSON *a
         NB_TRY(nb_get_str(c, path, o, "content", 1, &content));
         if (!nb_get(o, "id")) return nb_error(NB_ERR_FORMAT, "%s: %s.id is missing", c->what, path);
         NB_TRY(nb_get_int(c, path, o, "id", 0, &id));
+        if (id >= NB_TOK_MAX_ID) return nb_error(NB_ERR_FORMAT, "%s: %s.id %d is too large", c->what, path, id);
         NB_TRY(nb_get_bool(c, path, o, "special", 0, &special));
         NB_TRY(nb_get_bool(c, path, o, "lstrip", 0, &lstrip));
         NB_TRY(nb_get_bool(c, path, o, "rstrip", 0, &rstrip));
@@ -641,19 +645,19 @@ static nb_status nb_load_generation_config(nb_tokenizer *t, const char *path)
     NB_TRY(nb_json_load_file(path, &cfg));
     nb_status st = NB_OK;
     const cJSON *e = nb_get(cfg, "eos_token_id"), *v;
-    if (cJSON_IsNumber(e)) {
+    if (cJSON_IsNumber(e) && e->valuedouble >= 0 && e->valuedouble < NB_TOK_MAX_ID) {
         st = nb_add_eos(t, (int32_t)e->valuedouble);
     } else if (cJSON_IsArray(e)) {
         cJSON_ArrayForEach(v, e)
         {
-            if (!cJSON_IsNumber(v)) {
-                st = nb_error(NB_ERR_FORMAT, "%s: eos_token_id must hold integers", path);
+            if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= NB_TOK_MAX_ID) {
+                st = nb_error(NB_ERR_FORMAT, "%s: eos_token_id must hold token ids", path);
                 break;
             }
             if ((st = nb_add_eos(t, (int32_t)v->valuedouble)) != NB_OK) break;
         }
     } else if (e) {
-        st = nb_error(NB_ERR_FORMAT, "%s: eos_token_id must be an integer or a list", path);
+        st = nb_error(NB_ERR_FORMAT, "%s: eos_token_id must be a token id or a list of them", path);
     }
     cJSON_Delete(cfg);
     return st;

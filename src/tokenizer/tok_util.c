@@ -412,6 +412,54 @@ nb_status nb_tok_scratch_init(nb_tok_scratch *sc)
     return NB_OK;
 }
 
+/* One scratch per thread, kept across calls: creating the JIT stack and match data costs
+ * more than encoding a short message. Freed by the key's destructor at thread exit. */
+static pthread_key_t nb_scratch_key;
+static pthread_once_t nb_scratch_once = PTHREAD_ONCE_INIT;
+static int nb_scratch_key_ok;
+
+static void nb_scratch_destroy(void *p)
+{
+    nb_tok_scratch_free(p);
+    free(p);
+}
+
+static void nb_scratch_key_init(void) { nb_scratch_key_ok = pthread_key_create(&nb_scratch_key, nb_scratch_destroy) == 0; }
+
+nb_status nb_tok_scratch_thread(nb_tok_scratch **out)
+{
+    pthread_once(&nb_scratch_once, nb_scratch_key_init);
+    nb_tok_scratch *sc = nb_scratch_key_ok ? pthread_getspecific(nb_scratch_key) : NULL;
+    if (!sc) {
+        if (!nb_scratch_key_ok) return nb_error(NB_ERR_INTERNAL, "tokenizer: pthread_key_create failed");
+        sc = malloc(sizeof *sc);
+        if (!sc) return nb_error(NB_ERR_OUT_OF_MEMORY, "tokenizer: out of memory (scratch)");
+        nb_status st = nb_tok_scratch_init(sc);
+        if (st != NB_OK) {
+            free(sc);
+            return st;
+        }
+        if (pthread_setspecific(nb_scratch_key, sc) != 0) {
+            nb_scratch_destroy(sc);
+            return nb_error(NB_ERR_INTERNAL, "tokenizer: pthread_setspecific failed");
+        }
+    }
+    /* big one-off inputs should not pin their buffers for the thread's lifetime */
+    if (sc->tmp.cap > (1u << 20)) nb_tbuf_free(&sc->tmp);
+    if (sc->spans.cap > (1u << 16)) {
+        free(sc->spans.v);
+        memset(&sc->spans, 0, sizeof sc->spans);
+    }
+    if (sc->bpe_sym_cap > (1u << 16) || sc->bpe_heap_cap > (1u << 16)) {
+        free(sc->bpe_sym);
+        free(sc->bpe_heap);
+        sc->bpe_sym = sc->bpe_heap = NULL;
+        sc->bpe_sym_cap = sc->bpe_heap_cap = 0;
+    }
+    *out = sc;
+    return NB_OK;
+}
+
 void nb_tok_scratch_free(nb_tok_scratch *sc)
 {
     if (sc->md) pcre2_match_data_free(sc->md);

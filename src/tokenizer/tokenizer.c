@@ -327,8 +327,8 @@ nb_status nb_tokenizer_encode(const nb_tokenizer *tok, const char *text, size_t 
     *ids_out = NULL;
     *n_out = 0;
     if (!t || (!text && len)) return nb_error(NB_ERR_INVALID_ARG, "nb_tokenizer_encode: NULL tokenizer or text");
-    nb_tok_scratch sc;
-    NB_TRY(nb_tok_scratch_init(&sc));
+    nb_tok_scratch *sc;
+    NB_TRY(nb_tok_scratch_thread(&sc));
     nb_tbuf clean = {0}, norm = {0};
     nb_pieces raw = {0}, p = {0};
     int32_t *ids = NULL;
@@ -350,7 +350,7 @@ nb_status nb_tokenizer_encode(const nb_tokenizer *tok, const char *text, size_t 
             continue;
         }
         if (t->normalizer) {
-            if ((st = nb_normalize(t->normalizer, &sc, raw.arena.p + pc.off, pc.len, &norm)) != NB_OK) break;
+            if ((st = nb_normalize(t->normalizer, sc, raw.arena.p + pc.off, pc.len, &norm)) != NB_OK) break;
             st = nb_split_added(t, 1, norm.p ? norm.p : "", norm.n, pc.origin, &p);
         } else {
             st = nb_split_added(t, 1, raw.arena.p + pc.off, pc.len, pc.origin, &p);
@@ -358,7 +358,7 @@ nb_status nb_tokenizer_encode(const nb_tokenizer *tok, const char *text, size_t 
     }
     if (st != NB_OK) goto done;
     /* 3. pre-tokenize, 4. BPE each piece */
-    if ((st = nb_pretokenize(t->pretok, &sc, &p)) != NB_OK) goto done;
+    if ((st = nb_pretokenize(t->pretok, sc, &p)) != NB_OK) goto done;
     for (size_t i = 0; i < p.n && st == NB_OK; i++) {
         const nb_piece *pc = &p.v[i];
         if (pc->id >= 0) {
@@ -374,7 +374,7 @@ nb_status nb_tokenizer_encode(const nb_tokenizer *tok, const char *text, size_t 
             }
             ids[n++] = pc->id;
         } else {
-            st = nb_bpe_encode_word(&t->bpe, &sc, p.arena.p + pc->off, pc->len, &ids, &n, &cap);
+            st = nb_bpe_encode_word(&t->bpe, sc, p.arena.p + pc->off, pc->len, &ids, &n, &cap);
         }
     }
     if (st != NB_OK) goto done;
@@ -404,7 +404,6 @@ done:
     nb_tbuf_free(&norm);
     nb_pieces_free(&raw);
     nb_pieces_free(&p);
-    nb_tok_scratch_free(&sc);
     return st;
 }
 
@@ -469,11 +468,10 @@ nb_status nb_tokenizer_decode(const nb_tokenizer *t, const int32_t *ids, size_t 
     *out = NULL;
     if (out_len) *out_len = 0;
     if (!t || (!ids && n)) return nb_error(NB_ERR_INVALID_ARG, "nb_tokenizer_decode: NULL tokenizer or ids");
-    nb_tok_scratch sc;
-    NB_TRY(nb_tok_scratch_init(&sc));
+    nb_tok_scratch *sc;
+    NB_TRY(nb_tok_scratch_thread(&sc));
     nb_tbuf b = {0};
-    nb_status st = nb_tok_decode_into(t, &sc, ids, n, skip_special, &b);
-    nb_tok_scratch_free(&sc);
+    nb_status st = nb_tok_decode_into(t, sc, ids, n, skip_special, &b);
     if (st != NB_OK) {
         nb_tbuf_free(&b);
         return st;

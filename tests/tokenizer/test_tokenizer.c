@@ -4,6 +4,7 @@
  * byte-fallback runs), model-folder configs and malformed tokenizer.json files.
  *   build-tok/tests/test_tokenizer [NAME_SUBSTRING]
  * The comparison with the reference implementation is test_vs_hf.py. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -208,6 +209,67 @@ static void test_bpe_decoders_bytefallback(void)
     nb_tokenizer_free(t);
 }
 
+/* ---- concurrency: several threads share one tokenizer (and its word cache) --------------- */
+
+#define NB_THR_WORDS 300
+static nb_tokenizer *thr_tok;
+static char thr_text[NB_THR_WORDS][24];
+static int32_t thr_want[NB_THR_WORDS][24];
+static size_t thr_nwant[NB_THR_WORDS];
+
+static void *thr_main(void *arg)
+{
+    intptr_t bad = 0;
+    for (int rep = 0; rep < 20; rep++)
+        for (int i = 0; i < NB_THR_WORDS; i++) {
+            int k = (i * 7 + rep * 13 + (int)(intptr_t)arg) % NB_THR_WORDS;
+            int32_t *ids;
+            size_t n;
+            if (nb_tokenizer_encode(thr_tok, thr_text[k], strlen(thr_text[k]), 0, &ids, &n) != NB_OK) return (void *)1;
+            bad |= n != thr_nwant[k] || memcmp(ids, thr_want[k], n * sizeof *ids);
+            free(ids);
+        }
+    return (void *)bad;
+}
+
+static void test_threads(void)
+{
+    thr_tok = load_json("{\"model\":{\"type\":\"BPE\",\"vocab\":{" VOCAB_ABC "},"
+                        "\"merges\":[\"b c\",\"a b\",\"a a\",\"aa a\"]},"
+                        "\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"String\":\"c\"},"
+                        "\"behavior\":\"MergedWithPrevious\"}}");
+    NB_CHECK(thr_tok != NULL);
+    if (!thr_tok) return;
+    unsigned seed = 12345;
+    for (int i = 0; i < NB_THR_WORDS; i++) {
+        int len = 1 + (int)((seed = seed * 1103515245u + 12345u) >> 16) % 20;
+        for (int j = 0; j < len; j++) thr_text[i][j] = "abc"[((seed = seed * 1103515245u + 12345u) >> 16) % 3];
+        thr_text[i][len] = 0;
+    }
+    /* reference results from a fresh tokenizer, one thread, no cache hits */
+    nb_tokenizer *ref = load_json("{\"model\":{\"type\":\"BPE\",\"vocab\":{" VOCAB_ABC "},"
+                                  "\"merges\":[\"b c\",\"a b\",\"a a\",\"aa a\"]},"
+                                  "\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"String\":\"c\"},"
+                                  "\"behavior\":\"MergedWithPrevious\"}}");
+    NB_CHECK(ref != NULL);
+    if (!ref) return;
+    for (int i = 0; i < NB_THR_WORDS; i++) {
+        int32_t *ids;
+        NB_CHECK_OK(nb_tokenizer_encode(ref, thr_text[i], strlen(thr_text[i]), 0, &ids, &thr_nwant[i]));
+        memcpy(thr_want[i], ids, thr_nwant[i] * sizeof *ids);
+        free(ids);
+    }
+    pthread_t th[4];
+    for (intptr_t i = 0; i < 4; i++) pthread_create(&th[i], NULL, thr_main, (void *)i);
+    for (int i = 0; i < 4; i++) {
+        void *r;
+        pthread_join(th[i], &r);
+        NB_CHECK(r == NULL);
+    }
+    nb_tokenizer_free(ref);
+    nb_tokenizer_free(thr_tok);
+}
+
 /* ---- built-in byte tokenizer and the byte-level streaming case ------------------------------- */
 
 static const char *const glm_specials[] = {"[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>",
@@ -377,6 +439,7 @@ static const nb_test tests[] = {
     {"decode_bytefallback_stream", test_bpe_decoders_bytefallback},
     {"builtin_bytes_stream", test_builtin_bytes},
     {"added_flags", test_added_flags},
+    {"threads", test_threads},
     {"load_dir", test_load_dir},
     {"malformed", test_malformed},
 };
