@@ -132,12 +132,59 @@ static void run_family(const char *family)
 }
 
 static void test_glm_moe_dsa(void) { run_family("glm_moe_dsa"); }
+
+/* The long glm_moe_dsa sequence really depends on the sparse selection: with index_topk
+ * raised past its length (dense attention) the positions up to index_topk still match HF,
+ * and the later ones do not. */
+static void test_dsa_selection_matters(void)
+{
+    nb_model *m = NULL;
+    nb_model_params p = nb_model_default_params();
+    NB_CHECK_OK(nb_model_load("tests/fixtures/glm_moe_dsa", &p, &m));
+    cJSON *ref = NULL;
+    NB_CHECK_OK(nb_json_load_file("tests/fixtures/glm_moe_dsa/reference.json", &ref));
+    if (!m || !ref) return;
+    const cJSON *seq = cJSON_GetObjectItem(ref, "sequences")->child->next;
+    int32_t ids[1024];
+    int n = json_ints(cJSON_GetObjectItem(seq, "ids"), ids, 1024);
+    const int topk = m->cfg.index_topk, V = m->cfg.vocab_size;
+    NB_CHECK(n > topk);
+    float *refl = NULL;
+    int nd;
+    int64_t shape[8];
+    NB_CHECK_OK(nb_npy_read_f32("tests/fixtures/glm_moe_dsa/logits_long.npy", &refl, &nd, shape));
+    m->cfg.index_topk = 1 << 20;
+    nb_kv_pool pool;
+    NB_CHECK_OK(nb_kv_pool_init(&pool, &m->cfg, n));
+    int32_t slots[1024];
+    for (int i = 0; i < n; i++) slots[i] = i;
+    float *lg = malloc(sizeof(float) * (size_t)n * (size_t)V);
+    nb_seq_step st = {ids, n, 0, slots, 1};
+    nb_batch b = {1, &st};
+    NB_CHECK_OK(nb_forward(m, &pool, &b, lg));
+    double early = 0, late = 0;
+    for (int q = 0; refl && q < n; q++) {
+        double e = rel_err(lg + (int64_t)q * V, refl + (int64_t)q * V, V);
+        if (q < topk) early = fmax(early, e);
+        else late = fmax(late, e);
+    }
+    fprintf(stderr, "  dense instead of top-%d: max rel err %.3g before position %d, %.3g after\n", topk, early, topk,
+            late);
+    NB_CHECK(early <= NB_TOL_GOLDEN);
+    NB_CHECK(late > 100 * NB_TOL_GOLDEN);
+    free(lg);
+    free(refl);
+    nb_kv_pool_free(&pool);
+    cJSON_Delete(ref);
+    nb_model_free(m);
+}
 static void test_deepseek_v3(void) { run_family("deepseek_v3"); }
 static void test_glm4_moe(void) { run_family("glm4_moe"); }
 static void test_qwen3_moe(void) { run_family("qwen3_moe"); }
 
 static const nb_test tests[] = {
     {"glm_moe_dsa", test_glm_moe_dsa},
+    {"dsa_selection_matters", test_dsa_selection_matters},
     {"deepseek_v3", test_deepseek_v3},
     {"glm4_moe", test_glm4_moe},
     {"qwen3_moe", test_qwen3_moe},
