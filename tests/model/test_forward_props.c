@@ -163,7 +163,44 @@ static void test_bad_batches(void)
     nb_model_free(m);
 }
 
+/* Row layouts of the KV contract (engine/forward.h) for each fixture's config. */
+static void test_kv_layout(void)
+{
+    const struct {
+        const char *family;
+        int64_t row[3];
+    } want[] = {
+        {"glm_moe_dsa", {32 + 16 + 32, 32 + 16 + 32, 32 + 16}}, /* latent, k_pe, indexer key ("shared" layer 2: none) */
+        {"deepseek_v3", {48, 48, 48}},
+        {"glm4_moe", {2 * 2 * 48, 2 * 2 * 48, 2 * 2 * 48}}, /* K and V of 2 kv heads x 48 */
+        {"qwen3_moe", {2 * 2 * 40, 2 * 2 * 40, 2 * 2 * 40}},
+    };
+    for (size_t f = 0; f < NB_ARRAY_LEN(want); f++) {
+        char dir[128];
+        snprintf(dir, sizeof dir, "tests/fixtures/%s", want[f].family);
+        nb_model_config cfg;
+        NB_CHECK_OK(nb_model_config_load(dir, &cfg));
+        nb_kv_pool pool;
+        NB_CHECK_OK(nb_kv_pool_init(&pool, &cfg, 3));
+        size_t total = 0;
+        for (int l = 0; l < 3; l++) {
+            NB_CHECK_MSG(nb_kv_row_floats(&pool, l) == want[f].row[l], "%s layer %d: %lld floats", want[f].family, l,
+                         (long long)nb_kv_row_floats(&pool, l));
+            total += (size_t)want[f].row[l] * 4;
+        }
+        NB_CHECK(nb_kv_bytes_per_slot(&pool) == total);
+        const nb_kv_layer_layout *L = &pool.layout.layer[0];
+        if (cfg.attn == NB_ATTN_MLA)
+            NB_CHECK(L->latent_off == 0 && L->kpe_off == cfg.kv_lora_rank && L->k_off < 0);
+        else
+            NB_CHECK(L->k_off == 0 && L->v_off == (int64_t)cfg.num_kv_heads * cfg.head_dim && L->latent_off < 0);
+        nb_kv_pool_free(&pool);
+        nb_model_config_free(&cfg);
+    }
+}
+
 static const nb_test tests[] = {
+    {"kv_layout", test_kv_layout},
     {"decode_equals_recompute", test_decode_equals_recompute},
     {"chunked_prefill", test_chunked_prefill},
     {"batch_equals_alone", test_batch_equals_alone},
