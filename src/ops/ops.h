@@ -1,7 +1,8 @@
 /* The op interface: one signature per op of the forward pass, over a small tensor struct.
  * The CPU backend (src/ops/cpu/, the specification: plain float32 accumulation) implements
  * every op; a CUDA backend implements the same signatures, and a registry test runs each
- * CUDA op against its CPU op on the same inputs. Tests: tests/ops/ (build-<x>/tests/test_ops).
+ * CUDA op against its CPU op on the same inputs.
+ * Tests: tests/ops/ (test_ops_basic, test_ops_attention, test_ops_moe).
  *
  * Conventions shared by every op:
  * - Activations are float32 unless a parameter says otherwise; shapes are given as
