@@ -120,11 +120,10 @@ nb_status tpl_iterate(tpl_ctx *c, int line, tv v, tpl_list **out)
         if (v.flag & TV_F_UNSAFE) return tpl_undef_error(c, line, v);
         /* fallthrough */
     case TV_DICT:
-    case TV_NS:
     case TV_STR: {
         tv l = tv_list_new(&c->arena, 0);
         if (!l.u.l) return tpl_oom(c, line);
-        if (v.t == TV_DICT || v.t == TV_NS) {
+        if (v.t == TV_DICT) {
             for (size_t i = 0; i < v.u.d->n; i++)
                 if (tpl_list_push(&c->arena, l.u.l, v.u.d->k[i])) return tpl_oom(c, line);
         } else if (v.t == TV_STR) {
@@ -181,11 +180,11 @@ static nb_status loop_attr(tpl_ctx *c, int line, tpl_loop *l, const char *name, 
         *out = i > 0 ? l->items->v[i - 1] : undef_msg(c, "there is no previous item%s%s", "", NULL);
     else if (!strcmp(name, "nextitem"))
         *out = i + 1 < n ? l->items->v[i + 1] : undef_msg(c, "there is no next item%s%s", "", NULL);
-    else if (!strcmp(name, "cycle")) {
+    else if (!strcmp(name, "cycle") || !strcmp(name, "changed")) {
         tpl_func *f = tpl_alloc(&c->arena, sizeof(tpl_func));
         if (!f) return tpl_oom(c, line);
-        f->kind = TF_LOOP_CYCLE;
-        f->name = "cycle";
+        f->kind = name[1] == 'y' ? TF_LOOP_CYCLE : TF_LOOP_CHANGED;
+        f->name = name[1] == 'y' ? "cycle" : "changed";
         f->self.t = TV_LOOP;
         f->self.u.loop = l;
         out->t = TV_FUNC;
@@ -415,56 +414,6 @@ static nb_status repeat(tpl_ctx *c, int line, tv seq, int64_t k, tv *out)
     return NB_OK;
 }
 
-/* Python's printf-style `str % args` for %s %r %d %i %f %%. */
-static nb_status str_percent(tpl_ctx *c, int line, tv fmt, tv args, tv *out)
-{
-    const tv *av = &args;
-    size_t an = 1, ai = 0;
-    if (args.t == TV_LIST && (args.flag & TV_F_TUPLE)) {
-        av = args.u.l->v;
-        an = args.u.l->n;
-    }
-    tpl_buf b = {0};
-    const char *p = fmt.u.s.p;
-    size_t n = fmt.u.s.n;
-    nb_status st = NB_OK;
-    for (size_t i = 0; i < n && st == NB_OK; i++) {
-        if (p[i] != '%') {
-            tpl_buf_putc(&b, p[i]);
-            continue;
-        }
-        if (++i >= n) {
-            st = tpl_fail(c, line, "incomplete format");
-            break;
-        }
-        char f = p[i];
-        if (f == '%') {
-            tpl_buf_putc(&b, '%');
-            continue;
-        }
-        if (ai >= an) {
-            st = tpl_fail(c, line, "not enough arguments for format string");
-            break;
-        }
-        tv v = av[ai++];
-        if (f == 's') tv_str_to(&b, v);
-        else if (f == 'r') tv_repr_to(&b, v);
-        else if ((f == 'd' || f == 'i') && tv_is_num(v))
-            tpl_buf_printf(&b, "%lld", (long long)(v.t == TV_FLOAT ? (int64_t)v.u.f : v.u.i));
-        else if (f == 'f' && tv_is_num(v)) tpl_buf_printf(&b, "%f", tv_num(v));
-        else st = tpl_fail(c, line, "unsupported format character '%c' or argument type in '%%' formatting", f);
-    }
-    if (st == NB_OK && ai < an && args.t == TV_LIST && (args.flag & TV_F_TUPLE))
-        st = tpl_fail(c, line, "not all arguments converted during string formatting");
-    if (st == NB_OK) {
-        char *r = tpl_strndup(&c->arena, b.p ? b.p : "", b.n);
-        if (!r || b.failed) st = tpl_oom(c, line);
-        else *out = tv_str(r, b.n);
-    }
-    tpl_buf_free(&b);
-    return st;
-}
-
 static double py_fmod(double a, double b)
 {
     double m = fmod(a, b);
@@ -566,7 +515,7 @@ static nb_status binop(tpl_ctx *c, int line, int op, tv a, tv b, tv *out)
         if ((a.t == TV_STR || a.t == TV_LIST) && (b.t == TV_INT || b.t == TV_BOOL)) return repeat(c, line, a, b.u.i, out);
         if ((b.t == TV_STR || b.t == TV_LIST) && (a.t == TV_INT || a.t == TV_BOOL)) return repeat(c, line, b, a.u.i, out);
     }
-    if (op == OP_MOD && a.t == TV_STR) return str_percent(c, line, a, b, out);
+    if (op == OP_MOD && a.t == TV_STR) return tpl_percent_format(c, line, a, b, out);
     return type_error(c, line, op, a, b);
 }
 
@@ -591,8 +540,7 @@ static nb_status contains(tpl_ctx *c, int line, tv needle, tv hay, int *out)
             }
         *out = 0;
         return NB_OK;
-    case TV_DICT:
-    case TV_NS: *out = tpl_dict_get(hay.u.d, needle) != NULL; return NB_OK;
+    case TV_DICT: *out = tpl_dict_get(hay.u.d, needle) != NULL; return NB_OK;
     default: return tpl_fail(c, line, "argument of type '%s' is not iterable", tv_type_name(hay));
     }
 }
@@ -781,13 +729,20 @@ static nb_status call_macro(tpl_ctx *c, int line, tpl_func *f, const tv *args, i
     tv varargs = tv_list_new(&c->arena, 0), kwargs = tv_dict_new(&c->arena, 0);
     if (!varargs.u.l || !kwargs.u.d) return tpl_oom(c, line);
     varargs.flag = TV_F_TUPLE;
+    const char *mname = f->kind == TF_MACRO ? f->name : "caller";
+    /* jinja2 refuses extra arguments unless the body reads varargs / kwargs */
+    if (nargs > m->nkw && !(m->flags & MACRO_USES_VARARGS))
+        return tpl_fail(c, line, "macro '%s' takes not more than %d argument(s)", mname, m->nkw);
+    if (f->caller && !(m->flags & MACRO_USES_CALLER))
+        return tpl_fail(c, line, "macro '%s' takes no keyword argument 'caller'", mname);
     for (int k = 0; k < nkw; k++) {
-        int known = 0;
-        for (int p = 0; p < m->nkw; p++)
-            if (!strcmp(m->kwn[p], kwn[k])) known = 1;
-        if (!known && !(f->kind == TF_MACRO && !strcmp(kwn[k], "caller"))) {
-            if (tpl_dict_set(&c->arena, kwargs.u.d, tv_str(kwn[k], strlen(kwn[k])), kwv[k])) return tpl_oom(c, line);
-        }
+        int p;
+        for (p = 0; p < m->nkw; p++)
+            if (!strcmp(m->kwn[p], kwn[k])) break;
+        if (p < m->nkw && p >= nargs) continue;
+        if (!(m->flags & MACRO_USES_KWARGS))
+            return tpl_fail(c, line, "macro '%s' takes no keyword argument '%s'", mname, kwn[k]);
+        if (tpl_dict_set(&c->arena, kwargs.u.d, tv_str(kwn[k], strlen(kwn[k])), kwv[k])) return tpl_oom(c, line);
     }
     for (int p = 0; p < m->nkw; p++) {
         tv v;
@@ -796,9 +751,8 @@ static nb_status call_macro(tpl_ctx *c, int line, tpl_func *f, const tv *args, i
             v = args[p];
             have = 1;
         }
-        for (int k = 0; k < nkw; k++)
+        for (int k = 0; k < nkw && !have; k++)
             if (!strcmp(m->kwn[p], kwn[k])) {
-                if (have) return tpl_fail(c, line, "macro '%s' got multiple values for argument '%s'", f->name ? f->name : "caller", kwn[k]);
                 v = kwv[k];
                 have = 1;
             }
@@ -898,7 +852,8 @@ static nb_status exec_for(tpl_ctx *c, tpl_scope *s, const tpl_node *n)
     tpl_loop *loop = tpl_alloc(&c->arena, sizeof(tpl_loop));
     if (!loop) return tpl_oom(c, n->line);
     loop->items = items;
-    loop->depth = ++c->loop_depth;
+    loop->depth = 1; /* depth counts recursive loop() calls, which are not supported */
+    loop->changed_last.t = TV_ABSENT;
     tv lv = {0};
     lv.t = TV_LOOP;
     lv.u.loop = loop;
@@ -922,7 +877,6 @@ static nb_status exec_for(tpl_ctx *c, tpl_scope *s, const tpl_node *n)
         c->flow = FLOW_NONE;
         if (flow == FLOW_BREAK) break;
     }
-    c->loop_depth--;
     return st;
 }
 

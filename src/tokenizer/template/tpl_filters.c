@@ -291,7 +291,7 @@ static nb_status f_title(tpl_ctx *c, int line, tv s, tv *out)
             tpl_buf_utf8(&b, cp);
             at_start = 1;
         } else {
-            tpl_buf_utf8(&b, at_start ? tpl_upper(cp) : tpl_lower(cp));
+            tpl_case_to(&b, cp, at_start ? 1 : 0, 0, 0);
             at_start = 0;
         }
     }
@@ -370,8 +370,7 @@ nb_status tpl_filter(tpl_ctx *c, int line, const char *name, tv v, const tv *arg
         case TV_UNDEF: *out = tv_int(0); return NB_OK;
         case TV_STR: *out = tv_int((int64_t)tpl_utf8_len(v.u.s.p, v.u.s.n)); return NB_OK;
         case TV_LIST: *out = tv_int((int64_t)v.u.l->n); return NB_OK;
-        case TV_DICT:
-        case TV_NS: *out = tv_int((int64_t)v.u.d->n); return NB_OK;
+        case TV_DICT: *out = tv_int((int64_t)v.u.d->n); return NB_OK;
         default: return tpl_fail(c, line, "object of type '%s' has no len()", tv_type_name(v));
         }
     }
@@ -495,14 +494,14 @@ nb_status tpl_filter(tpl_ctx *c, int line, const char *name, tv v, const tv *arg
             *out = new_list(c, 0);
             return out->u.l ? NB_OK : tpl_oom(c, line);
         }
-        if (v.t != TV_DICT && v.t != TV_NS) return tpl_fail(c, line, "Can only get item pairs from a mapping.");
+        if (v.t != TV_DICT) return tpl_fail(c, line, "Can only get item pairs from a mapping.");
         tv d = v;
         d.t = TV_DICT;
         return tpl_call_method(c, line, d, "items", NULL, 0, NULL, NULL, 0, out);
     }
     if (!strcmp(name, "dictsort")) {
         BIND("case_sensitive", "by", "reverse");
-        if (v.t != TV_DICT && v.t != TV_NS) return tpl_fail(c, line, "dictsort: expected a mapping, got %s", tv_type_name(v));
+        if (v.t != TV_DICT) return tpl_fail(c, line, "dictsort: expected a mapping, got %s", tv_type_name(v));
         int by_value = GIVEN(a[1]) && a[1].t == TV_STR && a[1].u.s.n == 5 && !memcmp(a[1].u.s.p, "value", 5);
         if (GIVEN(a[1]) && !by_value && !(a[1].t == TV_STR && a[1].u.s.n == 3 && !memcmp(a[1].u.s.p, "key", 3)))
             return tpl_fail(c, line, "You can only sort by either \"key\" or \"value\"");
@@ -680,40 +679,23 @@ nb_status tpl_filter(tpl_ctx *c, int line, const char *name, tv v, const tv *arg
         return tpl_call_method(c, line, s, "center", &w, 1, NULL, NULL, 0, out);
     }
     if (!strcmp(name, "format")) {
+        /* jinja2: soft_str(value) % (kwargs or args) */
         tv s;
         NB_TRY(tpl_to_str(c, line, v, &s));
         if (nargs && nkw) return tpl_fail(c, line, "can't handle positional and keyword arguments at the same time");
-        if (nkw) return tpl_fail(c, line, "format: keyword arguments are not supported");
-        tv t = new_list(c, (size_t)nargs);
-        if (!t.u.l) return tpl_oom(c, line);
-        t.flag = TV_F_TUPLE;
-        for (int i = 0; i < nargs; i++) t.u.l->v[t.u.l->n++] = args[i];
-        /* reuse the % operator through a tiny expression-free path */
-        tpl_buf b = {0};
-        size_t ai = 0;
-        for (size_t i = 0; i < s.u.s.n; i++) {
-            char ch = s.u.s.p[i];
-            if (ch != '%' || i + 1 >= s.u.s.n) {
-                tpl_buf_putc(&b, ch);
-                continue;
-            }
-            char f = s.u.s.p[++i];
-            if (f == '%') tpl_buf_putc(&b, '%');
-            else if (ai < t.u.l->n && (f == 's' || f == 'r' || f == 'd')) {
-                tv x = t.u.l->v[ai++];
-                if (f == 's') tv_str_to(&b, x);
-                else if (f == 'r') tv_repr_to(&b, x);
-                else if (tv_is_num(x)) tpl_buf_printf(&b, "%lld", (long long)(x.t == TV_FLOAT ? (int64_t)x.u.f : x.u.i));
-                else {
-                    tpl_buf_free(&b);
-                    return tpl_fail(c, line, "format: %%d needs a number");
-                }
-            } else {
-                tpl_buf_free(&b);
-                return tpl_fail(c, line, "format: unsupported conversion '%%%c' or missing argument", f);
-            }
+        tv t;
+        if (nkw) {
+            t = tv_dict_new(&c->arena, (size_t)nkw);
+            if (!t.u.d) return tpl_oom(c, line);
+            for (int i = 0; i < nkw; i++)
+                if (tpl_dict_set(&c->arena, t.u.d, tv_str(kwn[i], strlen(kwn[i])), kwv[i])) return tpl_oom(c, line);
+        } else {
+            t = new_list(c, (size_t)nargs);
+            if (!t.u.l) return tpl_oom(c, line);
+            t.flag = TV_F_TUPLE;
+            for (int i = 0; i < nargs; i++) t.u.l->v[t.u.l->n++] = args[i];
         }
-        return buf_to_str(c, line, &b, out);
+        return tpl_percent_format(c, line, s, t, out);
     }
     if (!strcmp(name, "wordcount")) {
         BIND0();
@@ -753,7 +735,7 @@ nb_status tpl_test(tpl_ctx *c, int line, const char *name, tv v, const tv *args,
     else if (!strcmp(name, "mapping")) *out = v.t == TV_DICT;
     /* jinja2: anything with __len__ and __getitem__ (Undefined has both) / __iter__ */
     else if (!strcmp(name, "sequence")) *out = v.t == TV_STR || v.t == TV_LIST || v.t == TV_DICT || v.t == TV_UNDEF;
-    else if (!strcmp(name, "iterable")) *out = v.t == TV_STR || v.t == TV_LIST || v.t == TV_DICT || v.t == TV_UNDEF || v.t == TV_NS;
+    else if (!strcmp(name, "iterable")) *out = v.t == TV_STR || v.t == TV_LIST || v.t == TV_DICT || v.t == TV_UNDEF;
     else if (!strcmp(name, "callable")) *out = v.t == TV_FUNC;
     else if (!strcmp(name, "escaped")) *out = 0;
     else if (!strcmp(name, "filter") || !strcmp(name, "test")) {
@@ -799,7 +781,7 @@ nb_status tpl_test(tpl_ctx *c, int line, const char *name, tv v, const tv *args,
             *out = 0;
             for (size_t i = 0; i < arg.u.l->n; i++)
                 if (tv_eq(arg.u.l->v[i], v)) *out = 1;
-        } else if (arg.t == TV_DICT || arg.t == TV_NS) *out = tpl_dict_get(arg.u.d, v) != NULL;
+        } else if (arg.t == TV_DICT) *out = tpl_dict_get(arg.u.d, v) != NULL;
         else if (arg.t == TV_UNDEF) *out = 0;
         else return tpl_fail(c, line, "argument of type '%s' is not iterable", tv_type_name(arg));
         (void)r;

@@ -81,6 +81,7 @@ struct tpl_loop {
     tpl_list *items; /* the (filtered) sequence iterated */
     size_t index0;
     int depth;
+    tv changed_last; /* loop.changed(): the arguments of its previous call (TV_ABSENT: none) */
 };
 
 typedef enum tpl_func_kind {
@@ -92,7 +93,8 @@ typedef enum tpl_func_kind {
     TF_RAISE,
     TF_STRFTIME,
     TF_METHOD,    /* name = method, self = receiver */
-    TF_LOOP_CYCLE /* loop.cycle */
+    TF_LOOP_CYCLE, /* loop.cycle */
+    TF_LOOP_CHANGED /* loop.changed */
 } tpl_func_kind;
 
 struct tpl_node;
@@ -156,6 +158,9 @@ int tpl_py_isprintable(uint32_t cp);
 uint32_t tpl_upper(uint32_t cp);
 uint32_t tpl_lower(uint32_t cp);
 int tpl_is_cased_letter(uint32_t cp);
+/* Append cp case-mapped as Python's str methods do (mode 0 lower, 1 upper, 2 title);
+ * prev / next (0 at the ends) decide the final-sigma rule. */
+void tpl_case_to(tpl_buf *b, uint32_t cp, int mode, uint32_t prev, uint32_t next);
 
 /* ---- syntax tree ---------------------------------------------------------------------- */
 typedef enum tpl_node_kind {
@@ -176,6 +181,7 @@ typedef enum tpl_op {
 typedef struct tpl_node tpl_node;
 struct tpl_node {
     uint8_t kind;
+    uint8_t flags; /* N_MACRO / N_CALLBLOCK: MACRO_USES_* (names the body reads) */
     int line;
     const char *name;      /* N_NAME, N_GETATTR attr, N_FILTER/N_TEST name, N_MACRO name */
     tv val;                /* N_CONST; N_TEXT (a TV_STR) */
@@ -188,6 +194,10 @@ struct tpl_node {
     uint8_t *ops;          /* N_COMPARE: nargs-1 operators; N_BINOP: ops[0] */
     tpl_node *body, *orelse;
 };
+
+#define MACRO_USES_VARARGS 1
+#define MACRO_USES_KWARGS 2
+#define MACRO_USES_CALLER 4
 
 /* ---- compiled template ---------------------------------------------------------------- */
 struct nb_template {
@@ -213,7 +223,6 @@ typedef struct tpl_ctx {
     tpl_buf *out;   /* where output goes now (captures swap it) */
     int flow;       /* FLOW_* after break / continue */
     int depth;      /* macro / caller nesting */
-    int loop_depth;
     tv placeholder; /* the value a filter block or set-block filter applies to */
 } tpl_ctx;
 
@@ -262,6 +271,8 @@ nb_status tpl_call_method(tpl_ctx *c, int line, tv self, const char *name, const
 tv tpl_str_strip(tv s, tv chars, int which);
 nb_status tpl_str_case(tpl_ctx *c, int line, tv s, int mode, tv *out);
 nb_status tpl_str_replace(tpl_ctx *c, int line, tv s, tv old, tv rep, int64_t count, tv *out);
+/* Python's `fmt % args` (args a tuple, a mapping for %(key)s, or one value). */
+nb_status tpl_percent_format(tpl_ctx *c, int line, tv fmt, tv args, tv *out);
 int tpl_global_lookup(const char *name, tv *out);
 nb_status tpl_call_builtin(tpl_ctx *c, int line, tpl_func *f, const tv *args, int nargs, const char **kwn,
                            const tv *kwv, int nkw, tv *out);

@@ -145,18 +145,23 @@ nb_status tpl_str_case(tpl_ctx *c, int line, tv s, int mode, tv *out)
     tpl_buf b = {0};
     size_t i = 0;
     int first = 1, prev_cased = 0;
+    uint32_t prev = 0;
     while (i < s.u.s.n) {
-        uint32_t cp = tpl_utf8_next(s.u.s.p, s.u.s.n, &i), r = cp;
+        uint32_t cp = tpl_utf8_next(s.u.s.p, s.u.s.n, &i);
+        size_t j = i;
+        uint32_t next = i < s.u.s.n ? tpl_utf8_next(s.u.s.p, s.u.s.n, &j) : 0;
+        int m = 0;
         switch (mode) {
-        case 0: r = tpl_lower(cp); break;
-        case 1: r = tpl_upper(cp); break;
-        case 2: r = first ? tpl_upper(cp) : tpl_lower(cp); break;
-        case 3: r = prev_cased ? tpl_lower(cp) : tpl_upper(cp); break;
-        case 4: r = tpl_lower(cp) != cp ? tpl_lower(cp) : tpl_upper(cp); break;
+        case 0: m = 0; break;
+        case 1: m = 1; break;
+        case 2: m = first ? 2 : 0; break;                 /* capitalize: title case, then lower */
+        case 3: m = prev_cased ? 0 : 2; break;            /* str.title */
+        case 4: m = tpl_lower(cp) != cp ? 0 : 1; break;   /* swapcase */
         }
+        tpl_case_to(&b, cp, m, prev, next);
         prev_cased = tpl_is_cased_letter(cp);
+        prev = cp;
         first = 0;
-        tpl_buf_utf8(&b, r);
     }
     return new_str(c, line, &b, out);
 }
@@ -564,6 +569,170 @@ static nb_status call_str_method(tpl_ctx *c, int line, tv s, const char *m, cons
     return tpl_fail(c, line, "str.%s() is not supported", m);
 }
 
+/* Python's printf-style `fmt % args`: %(key)s mapping keys, flags "#0- +", width,
+ * precision, conversions d i u x X o e E f F g G c s r a %. */
+nb_status tpl_percent_format(tpl_ctx *c, int line, tv fmt, tv args, tv *out)
+{
+    const tv *av = &args;
+    size_t an = 1, ai = 0;
+    int is_tuple = args.t == TV_LIST && (args.flag & TV_F_TUPLE);
+    if (is_tuple) {
+        av = args.u.l->v;
+        an = args.u.l->n;
+    }
+    tpl_buf b = {0};
+    const char *p = fmt.u.s.p;
+    size_t n = fmt.u.s.n;
+    nb_status st = NB_OK;
+    int used_mapping = 0;
+    for (size_t i = 0; i < n && st == NB_OK; i++) {
+        if (p[i] != '%') {
+            tpl_buf_putc(&b, p[i]);
+            continue;
+        }
+        i++;
+        tv v = {0};
+        int have_v = 0;
+        if (i < n && p[i] == '(') {
+            size_t j = i + 1;
+            while (j < n && p[j] != ')') j++;
+            if (j >= n) {
+                st = tpl_fail(c, line, "incomplete format key");
+                break;
+            }
+            if (args.t != TV_DICT) {
+                st = tpl_fail(c, line, "format requires a mapping");
+                break;
+            }
+            tv *hit = tpl_dict_gets(args.u.d, p + i + 1, j - i - 1);
+            if (!hit) {
+                st = tpl_fail(c, line, "KeyError: '%.*s'", (int)(j - i - 1), p + i + 1);
+                break;
+            }
+            v = *hit;
+            have_v = used_mapping = 1;
+            i = j + 1;
+        }
+        char flags[8];
+        int nf = 0, width = -1, prec = -1;
+        while (i < n && strchr("#0- +", p[i]) && nf < 7) flags[nf++] = p[i++];
+        flags[nf] = 0;
+        if (i < n && p[i] >= '0' && p[i] <= '9') {
+            width = 0;
+            while (i < n && p[i] >= '0' && p[i] <= '9') width = width * 10 + (p[i++] - '0');
+        }
+        if (i < n && p[i] == '.') {
+            i++;
+            prec = 0;
+            while (i < n && p[i] >= '0' && p[i] <= '9') prec = prec * 10 + (p[i++] - '0');
+        }
+        while (i < n && (p[i] == 'h' || p[i] == 'l' || p[i] == 'L')) i++;
+        if (i >= n) {
+            st = tpl_fail(c, line, "incomplete format");
+            break;
+        }
+        if (width > 4096 || prec > 4096) {
+            st = tpl_fail(c, line, "format width or precision too large");
+            break;
+        }
+        char conv = p[i];
+        if (conv == '%') {
+            tpl_buf_putc(&b, '%');
+            continue;
+        }
+        if (!have_v) {
+            if (ai >= an) {
+                st = tpl_fail(c, line, "not enough arguments for format string");
+                break;
+            }
+            v = av[ai++];
+        }
+        char spec[32];
+        if (strchr("diu", conv)) {
+            if (!tv_is_num(v)) {
+                st = tpl_fail(c, line, "%%%c format: a real number is required, not %s", conv, tv_type_name(v));
+                break;
+            }
+            long long x = v.t == TV_FLOAT ? (long long)v.u.f : (long long)v.u.i;
+            /* C ignores the 0 flag when a precision is given: pass one only when Python had one */
+            if (prec < 0) {
+                snprintf(spec, sizeof spec, "%%%s*lld", flags);
+                tpl_buf_printf(&b, spec, width < 0 ? 0 : width, x);
+            } else {
+                snprintf(spec, sizeof spec, "%%%s*.*lld", flags);
+                tpl_buf_printf(&b, spec, width < 0 ? 0 : width, prec, x);
+            }
+        } else if (strchr("xXo", conv)) {
+            if (v.t != TV_INT && v.t != TV_BOOL) {
+                st = tpl_fail(c, line, "%%%c format: an integer is required, not %s", conv, tv_type_name(v));
+                break;
+            }
+            long long x = (long long)v.u.i;
+            unsigned long long ux = x < 0 ? (unsigned long long)(-(x + 1)) + 1u : (unsigned long long)x;
+            char digits[80];
+            snprintf(spec, sizeof spec, "%%.*ll%c", conv);
+            snprintf(digits, sizeof digits, spec, prec < 0 ? 1 : prec, ux);
+            /* sign, Python's 0x / 0X / 0o prefix and padding by hand (-0xff, 0o17) */
+            const char *prefix = !strchr(flags, '#') ? "" : conv == 'x' ? "0x" : conv == 'X' ? "0X" : "0o";
+            char body[100];
+            snprintf(body, sizeof body, "%s%s%s", x < 0 ? "-" : strchr(flags, '+') ? "+" : strchr(flags, ' ') ? " " : "",
+                     prefix, digits);
+            int len = (int)strlen(body), pad = width > len ? width - len : 0;
+            if (strchr(flags, '-')) {
+                tpl_buf_puts(&b, body);
+                for (int k = 0; k < pad; k++) tpl_buf_putc(&b, ' ');
+            } else if (strchr(flags, '0')) {
+                int sign = body[0] == '-' || body[0] == '+' || body[0] == ' ';
+                int pre = sign + (int)strlen(prefix);
+                tpl_buf_put(&b, body, (size_t)pre);
+                for (int k = 0; k < pad; k++) tpl_buf_putc(&b, '0');
+                tpl_buf_puts(&b, body + pre);
+            } else {
+                for (int k = 0; k < pad; k++) tpl_buf_putc(&b, ' ');
+                tpl_buf_puts(&b, body);
+            }
+        } else if (strchr("eEfFgG", conv)) {
+            if (!tv_is_num(v)) {
+                st = tpl_fail(c, line, "must be real number, not %s", tv_type_name(v));
+                break;
+            }
+            snprintf(spec, sizeof spec, "%%%s*.*%c", flags, conv);
+            tpl_buf_printf(&b, spec, width < 0 ? 0 : width, prec < 0 ? 6 : prec, tv_num(v));
+        } else if (conv == 's' || conv == 'r' || conv == 'a' || conv == 'c') {
+            tpl_buf tmp = {0};
+            if (conv == 's') tv_str_to(&tmp, v);
+            else if (conv == 'c') {
+                if (v.t == TV_INT && v.u.i >= 0 && v.u.i <= 0x10FFFF) tpl_buf_utf8(&tmp, (uint32_t)v.u.i);
+                else if (v.t == TV_STR && tpl_utf8_len(v.u.s.p, v.u.s.n) == 1) tpl_buf_put(&tmp, v.u.s.p, v.u.s.n);
+                else {
+                    st = tpl_fail(c, line, "%%c requires an int or a unicode character");
+                    tpl_buf_free(&tmp);
+                    break;
+                }
+            } else tv_repr_to(&tmp, v);
+            const char *tp = tmp.p ? tmp.p : "";
+            size_t tn = tmp.n;
+            if (prec >= 0 && conv != 'c') tn = tpl_utf8_offset(tp, tn, (size_t)prec);
+            int len = (int)tpl_utf8_len(tp, tn), pad = width > len ? width - len : 0;
+            if (!strchr(flags, '-'))
+                for (int k = 0; k < pad; k++) tpl_buf_putc(&b, ' ');
+            tpl_buf_put(&b, tp, tn);
+            if (strchr(flags, '-'))
+                for (int k = 0; k < pad; k++) tpl_buf_putc(&b, ' ');
+            tpl_buf_free(&tmp);
+        } else st = tpl_fail(c, line, "unsupported format character '%c'", conv);
+    }
+    if (st == NB_OK && !used_mapping && is_tuple && ai < an)
+        st = tpl_fail(c, line, "not all arguments converted during string formatting");
+    if (st == NB_OK && !used_mapping && !is_tuple && ai == 0 && args.t != TV_DICT)
+        st = tpl_fail(c, line, "not all arguments converted during string formatting");
+    if (st != NB_OK) {
+        tpl_buf_free(&b);
+        return st;
+    }
+    return new_str(c, line, &b, out);
+}
+
 static nb_status call_dict_method(tpl_ctx *c, int line, tv d, const char *m, const tv *args, int nargs,
                                   const char **kwn, const tv *kwv, int nkw, tv *out)
 {
@@ -694,7 +863,7 @@ nb_status tpl_call_builtin(tpl_ctx *c, int line, tpl_func *f, const tv *args, in
         if (!d.u.d) return tpl_oom(c, line);
         if (nargs > 1) return tpl_fail(c, line, "%s expected at most 1 argument, got %d", f->name, nargs);
         if (nargs == 1) {
-            if (args[0].t == TV_DICT || args[0].t == TV_NS) {
+            if (args[0].t == TV_DICT) {
                 for (size_t i = 0; i < args[0].u.d->n; i++)
                     if (tpl_dict_set(&c->arena, d.u.d, args[0].u.d->k[i], args[0].u.d->v[i])) return tpl_oom(c, line);
             } else {
@@ -737,6 +906,16 @@ nb_status tpl_call_builtin(tpl_ctx *c, int line, tpl_func *f, const tv *args, in
         char *p = tpl_strndup(&c->arena, buf, n);
         if (!p) return tpl_oom(c, line);
         *out = tv_str(p, n);
+        return NB_OK;
+    }
+    case TF_LOOP_CHANGED: {
+        tv now = tv_list_new(&c->arena, (size_t)nargs);
+        if (!now.u.l) return tpl_oom(c, line);
+        for (int i = 0; i < nargs; i++) now.u.l->v[now.u.l->n++] = args[i];
+        tpl_loop *l = f->self.u.loop;
+        int changed = l->changed_last.t == TV_ABSENT || !tv_eq(l->changed_last, now);
+        l->changed_last = now;
+        *out = tv_bool(changed);
         return NB_OK;
     }
     case TF_LOOP_CYCLE: {

@@ -835,6 +835,26 @@ static nb_status parse_signature(parser *P, tpl_node *n)
     return NB_OK;
 }
 
+/* Which of varargs / kwargs / caller a macro body reads (nested bodies included, as
+ * jinja2's analysis does): decides whether extra arguments are accepted. */
+static uint8_t uses_specials(const tpl_node *n, int depth)
+{
+    if (!n || depth > 4 * MAX_NESTING) return 0;
+    uint8_t f = 0;
+    if (n->kind == N_NAME) {
+        if (!strcmp(n->name, "varargs")) f |= MACRO_USES_VARARGS;
+        else if (!strcmp(n->name, "kwargs")) f |= MACRO_USES_KWARGS;
+        else if (!strcmp(n->name, "caller")) f |= MACRO_USES_CALLER;
+    }
+    const tpl_node *kids[6] = {n->a, n->b, n->c, n->d, n->body, n->orelse};
+    for (int i = 0; i < 6; i++) f |= uses_specials(kids[i], depth + 1);
+    if (n->kind != N_CONST && n->kind != N_TEXT) {
+        for (int i = 0; i < n->nargs; i++) f |= uses_specials(n->args[i], depth + 1);
+        for (int i = 0; i < n->nkw; i++) f |= uses_specials(n->kwv[i], depth + 1);
+    }
+    return f;
+}
+
 static nb_status parse_statement(parser *P, tpl_node **out)
 {
     tpl_tok *k = CUR(P);
@@ -876,6 +896,7 @@ static nb_status parse_statement(parser *P, tpl_node **out)
         P->i++;
         NB_TRY(parse_signature(P, n));
         NB_TRY(parse_statements(P, ends, 1, "macro", line, &n->body));
+        n->flags = uses_specials(n->body, 0);
         P->i++;
         if (CUR(P)->type == TK_NAME && !strcmp(CUR(P)->p, n->name)) P->i++;
         *out = n;
@@ -888,6 +909,7 @@ static nb_status parse_statement(parser *P, tpl_node **out)
         NB_TRY(parse_expression(P, 1, &n->a));
         if (n->a->kind != N_CALL) return pfail(P, line, "%s", "expected a call in {% call %}");
         NB_TRY(parse_statements(P, ends, 1, "call", line, &n->body));
+        n->flags = uses_specials(n->body, 0);
         P->i++;
         *out = n;
         return NB_OK;

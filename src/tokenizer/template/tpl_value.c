@@ -391,6 +391,39 @@ int tpl_py_isprintable(uint32_t cp)
 uint32_t tpl_upper(uint32_t cp) { return cp < 0x80 ? (cp >= 'a' && cp <= 'z' ? cp - 32 : cp) : (uint32_t)utf8proc_toupper((utf8proc_int32_t)cp); }
 uint32_t tpl_lower(uint32_t cp) { return cp < 0x80 ? (cp >= 'A' && cp <= 'Z' ? cp + 32 : cp) : (uint32_t)utf8proc_tolower((utf8proc_int32_t)cp); }
 
+/* Python's full case mappings for the SpecialCasing entries likely in chat text (sharp
+ * s, dotted capital I, Latin ligatures, n-apostrophe, j-caron); every other code point
+ * takes utf8proc's simple mapping. mode: 0 lower, 1 upper, 2 title. */
+void tpl_case_to(tpl_buf *b, uint32_t cp, int mode, uint32_t prev, uint32_t next)
+{
+    static const struct {
+        uint32_t cp;
+        const char *upper, *title;
+    } special[] = {{0xDF, "SS", "Ss"},   {0xFB00, "FF", "Ff"},    {0xFB01, "FI", "Fi"}, {0xFB02, "FL", "Fl"},
+                   {0xFB03, "FFI", "Ffi"}, {0xFB04, "FFL", "Ffl"}, {0xFB05, "ST", "St"}, {0xFB06, "ST", "St"},
+                   {0x149, "\xCA\xBCN", "\xCA\xBCN"}, {0x1F0, "J\xCC\x8C", "J\xCC\x8C"}};
+    if (mode == 0) {
+        if (cp == 0x130) {
+            tpl_buf_puts(b, "i\xCC\x87");
+            return;
+        }
+        /* final sigma: after a cased letter and not before one */
+        if (cp == 0x3A3 && tpl_is_cased_letter(prev) && !tpl_is_cased_letter(next)) {
+            tpl_buf_utf8(b, 0x3C2);
+            return;
+        }
+        tpl_buf_utf8(b, tpl_lower(cp));
+        return;
+    }
+    for (size_t i = 0; i < NB_ARRAY_LEN(special); i++)
+        if (special[i].cp == cp) {
+            tpl_buf_puts(b, mode == 1 ? special[i].upper : special[i].title);
+            return;
+        }
+    if (mode == 1) tpl_buf_utf8(b, tpl_upper(cp));
+    else tpl_buf_utf8(b, cp < 0x80 ? tpl_upper(cp) : (uint32_t)utf8proc_totitle((utf8proc_int32_t)cp));
+}
+
 int tpl_is_cased_letter(uint32_t cp)
 {
     if (cp < 0x80) return (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z');
