@@ -373,6 +373,9 @@ nb_status nb_quantize_checkpoint(const char *in_dir, const char *out_dir, const 
         nb_tensor_info ti = nb_tensor_info_of(t->name);
         size_t l = strlen(t->name);
         snprintf(j->module, sizeof j->module, "%.*s", (int)(ti.is_weight ? l - 7 : l), t->name);
+        if (ti.role == NB_ROLE_EXPERT && t->ndim == 3)
+            NB_LOG_WARN("format", "%s: fused [experts, n, k] tensor left unquantized (per-expert 2-D weights expected)",
+                        t->name);
         if (!nb_q_wanted(t, &ti, p, &user)) continue;
         if (t->shape[1] % NB_NVFP4_GROUP || t->shape[1] > NB_Q_CHUNK_FLOATS) {
             NB_LOG_WARN("format", "%s: K = %lld is not a multiple of 16 (or too large): left unquantized", t->name,

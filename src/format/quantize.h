@@ -10,7 +10,9 @@
  *                  (its scores drive a top-k; GLM-5's reference keeps weights_proj in high
  *                  precision), MTP-only projections (eh_proj, ...), anything matching an
  *                  `exclude` glob (module name, i.e. the tensor name without ".weight")
- * A linear weight whose K is not a multiple of 16 stays unquantized (logged).
+ * A linear weight whose K is not a multiple of 16 stays unquantized (logged), and so do
+ * fused 3-D expert tensors (mlp.experts.gate_up_proj [E, 2I, H]; logged): checkpoints on
+ * disk hold per-expert 2-D weights.
  * Gate and up of one MLP share one weight_scale_2 (max of their amax) when share_gate_up,
  * so a fused gate/up GEMM can use one global scale. No input_scale is written: this is
  * weight-only quantization without activation calibration.
