@@ -8,6 +8,8 @@ transformers' tojson / raise_exception / strftime_now, the {% generation %} tag)
 Checks, each an exact string comparison (or both sides failing):
   * snippets.json: small templates over the expression / filter / statement surface;
   * templates/*.jinja x cases/*.json: the project's chat templates with many message lists;
+  * --model DIR: model folders built here (template string, named templates, a
+    chat_template.jinja file, with and without tokenizer.json), bos/eos from the config;
   * with --dir DIR (or NIBBLE_TEMPLATE_DIR): every *.jinja in DIR x cases/*.json; without it
     that part is skipped with a message. When DIR is the only thing asked for and is unset,
     the script exits 77 (skipped).
@@ -195,6 +197,78 @@ def run_snippets(binary, tally, tmp, only):
         tally.check(label, reference(s["t"], [], None, False, v), ours(binary, tpath, [], None, False, v, tmp))
 
 
+def run_model_dirs(binary, tally, tmp, only):
+    """--model DIR: the template chosen from tokenizer_config.json / chat_template.jinja as
+    transformers chooses it, bos_token / eos_token from the config (string or AddedToken)."""
+    tdir = os.path.join(HERE, "templates")
+    with open(os.path.join(tdir, "glm_style.jinja"), encoding="utf-8") as f:
+        t_glm = f.read()
+    with open(os.path.join(tdir, "deepseek_style.jinja"), encoding="utf-8") as f:
+        t_ds = f.read()
+    with open(os.path.join(tdir, "qwen_style.jinja"), encoding="utf-8") as f:
+        t_qwen = f.read()
+    bos = {"__type": "AddedToken", "content": "<｜begin▁of▁sentence｜>", "lstrip": False, "normalized": True,
+           "rstrip": False, "single_word": False}
+    # a minimal byte-level BPE tokenizer.json, so the tokenizer-API path is taken too
+    tok_json = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
+                "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                                  "use_regex": True},
+                "post_processor": None, "decoder": {"type": "ByteLevel", "add_prefix_space": True,
+                                                    "trim_offsets": True, "use_regex": True},
+                "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                          "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+                          "vocab": {"a": 0, "b": 1}, "merges": []}}
+    dirs = [
+        ("string-template", {"bos_token": bos, "eos_token": "<｜end▁of▁sentence｜>", "chat_template": t_ds}, None, False, t_ds),
+        ("named-templates", {"eos_token": {"content": "<|im_end|>"}, "chat_template": [
+            {"name": "default", "template": t_glm}, {"name": "tool_use", "template": t_qwen}]}, None, False, None),
+        ("jinja-file-wins", {"bos_token": "<s>", "chat_template": t_ds}, t_qwen, False, t_qwen),
+        ("with-tokenizer-json", {"bos_token": bos, "eos_token": "</s>", "chat_template": t_ds}, None, True, t_ds),
+    ]
+    cases = load_cases()
+    for name, cfg, jinja_file, with_tok, want_src in dirs:
+        d = os.path.join(tmp, "model-" + name)
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+            json.dump(cfg, f, ensure_ascii=False)
+        if jinja_file is not None:
+            with open(os.path.join(d, "chat_template.jinja"), "w", encoding="utf-8") as f:
+                f.write(jinja_file)
+        if with_tok:
+            with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+                json.dump(tok_json, f)
+        def tok(key):
+            v = cfg.get(key)
+            return v.get("content") if isinstance(v, dict) else v
+        for cname, c in cases:
+            label = "model dir %s / %s" % (name, cname)
+            if only and only not in label:
+                continue
+            msgs, tools, kw = c["messages"], c.get("tools"), c.get("kwargs", {})
+            src = want_src or (t_qwen if tools is not None else t_glm)
+            ref = reference(src, msgs, tools, True, kw, bos=tok("bos_token"), eos=tok("eos_token"))
+            got = ours_model(binary, d, msgs, tools, kw, tmp)
+            tally.check(label, ref, got)
+
+
+def ours_model(binary, model_dir, messages, tools, kwargs, tmp):
+    mpath = os.path.join(tmp, "messages.json")
+    with open(mpath, "w", encoding="utf-8") as f:
+        json.dump(messages, f, ensure_ascii=False)
+    cmd = [binary, "render-template", "--model", model_dir, "--messages", mpath, "--add-generation-prompt"]
+    if tools is not None:
+        tpath = os.path.join(tmp, "tools.json")
+        with open(tpath, "w", encoding="utf-8") as f:
+            json.dump(tools, f, ensure_ascii=False)
+        cmd += ["--tools", tpath]
+    if kwargs:
+        cmd += ["--kwargs", json.dumps(kwargs, ensure_ascii=False)]
+    p = subprocess.run(cmd, capture_output=True)
+    if p.returncode != 0:
+        return False, p.stderr.decode("utf-8", "replace").strip()
+    return True, p.stdout.decode("utf-8")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=os.environ.get("NIBBLE_BIN", os.path.join(ROOT, "build", "nibble")))
@@ -212,6 +286,7 @@ def main():
         if not a.dir_only:
             run_snippets(a.bin, tally, tmp, a.only)
             run_templates(sorted(glob.glob(os.path.join(HERE, "templates", "*.jinja"))), a.bin, tally, tmp, a.only)
+            run_model_dirs(a.bin, tally, tmp, a.only)
         if d:
             paths = sorted(glob.glob(os.path.join(d, "*.jinja")))
             print("rendering %d templates from %s" % (len(paths), d))
