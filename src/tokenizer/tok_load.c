@@ -163,8 +163,8 @@ static nb_status nb_parse_normalizer(const nb_ctx *c, const char *path, const cJ
         if (!(nm->content = nb_strdup0(p))) return nb_error(NB_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
         NB_TRY(nb_get_pattern(c, path, o, &nm->re));
     } else if (!strcmp(type, "Sequence")) {
-        const cJSON *a;
-        size_t n;
+        const cJSON *a = NULL;
+        size_t n = 0;
         nm->kind = NB_NORM_SEQUENCE;
         NB_TRY(nb_get_array(c, path, o, "normalizers", &a, &n));
         nm->sub = calloc(n ? n : 1, sizeof *nm->sub);
@@ -220,8 +220,8 @@ static nb_status nb_parse_pretok(const nb_ctx *c, const char *path, const cJSON 
     } else if (!strcmp(type, "WhitespaceSplit")) {
         pt->kind = NB_PRE_WHITESPACE_SPLIT;
     } else if (!strcmp(type, "Sequence")) {
-        const cJSON *a;
-        size_t n;
+        const cJSON *a = NULL;
+        size_t n = 0;
         pt->kind = NB_PRE_SEQUENCE;
         NB_TRY(nb_get_array(c, path, o, "pretokenizers", &a, &n));
         pt->sub = calloc(n ? n : 1, sizeof *pt->sub);
@@ -264,8 +264,8 @@ static nb_status nb_parse_decoder(const nb_ctx *c, const char *path, const cJSON
         if (!(d->content = nb_strdup0(p))) return nb_error(NB_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
         NB_TRY(nb_get_pattern(c, path, o, &d->re));
     } else if (!strcmp(type, "Sequence")) {
-        const cJSON *a;
-        size_t n;
+        const cJSON *a = NULL;
+        size_t n = 0;
         d->kind = NB_DEC_SEQUENCE;
         NB_TRY(nb_get_array(c, path, o, "decoders", &a, &n));
         d->sub = calloc(n ? n : 1, sizeof *d->sub);
@@ -331,8 +331,8 @@ static nb_status nb_parse_post(const nb_ctx *c, const char *path, const cJSON *o
         return nb_ids_append(&pp->after, &pp->n_after, sep);
     }
     if (!strcmp(type, "Sequence")) {
-        const cJSON *a;
-        size_t n;
+        const cJSON *a = NULL;
+        size_t n = 0;
         NB_TRY(nb_get_array(c, path, o, "processors", &a, &n));
         for (size_t i = 0; i < n; i++) {
             char sub[128];
@@ -344,8 +344,8 @@ static nb_status nb_parse_post(const nb_ctx *c, const char *path, const cJSON *o
     if (strcmp(type, "TemplateProcessing"))
         return nb_error(NB_ERR_UNSUPPORTED, "%s: %s: post-processor type '%s' is not supported", c->what, path,
                         type);
-    const cJSON *single, *specials = nb_get(o, "special_tokens");
-    size_t n;
+    const cJSON *single = NULL, *specials = nb_get(o, "special_tokens");
+    size_t n = 0;
     NB_TRY(nb_get_array(c, path, o, "single", &single, &n));
     int32_t *before = NULL, *after = NULL;
     size_t nb = 0, na = 0;
@@ -493,8 +493,8 @@ static nb_status nb_parse_added(const nb_ctx *c, nb_tokenizer *t, const cJSON *a
         char path[64];
         snprintf(path, sizeof path, "added_tokens[%zu]", i);
         if (!cJSON_IsObject(o)) return nb_error(NB_ERR_FORMAT, "%s: %s must be an object", c->what, path);
-        const char *content;
-        int id, special, lstrip, rstrip, single, normalized;
+        const char *content = NULL;
+        int id = 0, special = 0, lstrip = 0, rstrip = 0, single = 0, normalized = 0;
         NB_TRY(nb_get_str(c, path, o, "content", 1, &content));
         if (!nb_get(o, "id")) return nb_error(NB_ERR_FORMAT, "%s: %s.id is missing", c->what, path);
         NB_TRY(nb_get_int(c, path, o, "id", 0, &id));

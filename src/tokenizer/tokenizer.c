@@ -124,7 +124,7 @@ static nb_status nb_tok_new(nb_tokenizer **out)
 
 nb_status nb_tokenizer_load_json(const char *json, size_t len, const char *what, nb_tokenizer **out)
 {
-    nb_tokenizer *t;
+    nb_tokenizer *t = NULL;
     *out = NULL;
     NB_TRY(nb_tok_new(&t));
     nb_status st = nb_tok_parse_json(t, json, len, what);
@@ -142,7 +142,7 @@ nb_status nb_tokenizer_load(const char *dir, nb_tokenizer **out)
     char path[4096];
     char *json;
     size_t len;
-    nb_tokenizer *t;
+    nb_tokenizer *t = NULL;
     *out = NULL;
     nb_path_join(path, sizeof path, dir, "tokenizer.json");
     NB_TRY(nb_read_file(path, &json, &len, 0));
@@ -163,7 +163,7 @@ nb_status nb_tokenizer_load(const char *dir, nb_tokenizer **out)
 
 nb_status nb_tokenizer_builtin_bytes(const char *const *specials, size_t n_specials, nb_tokenizer **out)
 {
-    nb_tokenizer *t;
+    nb_tokenizer *t = NULL;
     *out = NULL;
     NB_TRY(nb_tok_new(&t));
     nb_status st = NB_OK;
