@@ -47,8 +47,9 @@ nb_status nb_tokenizer_encode(const nb_tokenizer *tok, const char *text, size_t 
 
 /* Decode ids to text, as HF `tokenizer.decode(ids, skip_special_tokens=...)` does
  * (clean_up_tokenization_spaces is not applied). *out is malloc'd and NUL-terminated;
- * *out_len (may be NULL) is its length (the text may contain NUL bytes). An id outside
- * the vocabulary is NB_ERR_INVALID_ARG. */
+ * *out_len (may be NULL) is its length (the text may contain NUL bytes). Ids outside the
+ * vocabulary are skipped, as HF does (a model's embedding table is often padded past the
+ * tokenizer's vocabulary). */
 nb_status nb_tokenizer_decode(const nb_tokenizer *tok, const int32_t *ids, size_t n, int skip_special,
                               char **out, size_t *out_len);
 
@@ -94,9 +95,12 @@ typedef struct nb_detok nb_detok;
 
 nb_status nb_detok_new(const nb_tokenizer *tok, int skip_special, nb_detok **out);
 /* Push one id; *delta (NUL-terminated, valid until the next call on d) receives the new
- * text, possibly empty; *delta_len (may be NULL) its length. */
+ * text, possibly empty; *delta_len (may be NULL) its length. With a ByteFallback decoder,
+ * text is also held while the stream ends in a <0xNN> token (a later byte can turn the
+ * whole run into U+FFFD). */
 nb_status nb_detok_push(nb_detok *d, int32_t id, const char **delta, size_t *delta_len);
-/* End of stream: whatever is held back (an incomplete character becomes U+FFFD). */
+/* End of stream: whatever is held back (an incomplete character becomes U+FFFD). The
+ * detokenizer is then empty and may be reused for a new stream. */
 nb_status nb_detok_flush(nb_detok *d, const char **delta, size_t *delta_len);
 void nb_detok_free(nb_detok *d);
 
