@@ -5,6 +5,7 @@ Trains small byte-level BPE tokenizers at test time (seconds) with the pre-token
 normalizer, post-processor and added-token configurations of real model families:
   glm      Split(GLM-4.5/GLM-5 regex) + ByteLevel, [gMASK]<sop> template, GLM specials
   qwen     NFC + Split(Qwen2/3 regex) + ByteLevel, ChatML specials, <think> added tokens
+  cl100k   tiktoken-style Split regex with possessive quantifiers + ByteLevel, ignore_merges
   deepseek Sequence of three Splits (digits, CJK, main regex) + ByteLevel, bos template
   llama    sentencepiece style: Prepend/Replace normalizer, byte_fallback + unk,
            Replace/ByteFallback/Fuse/Strip decoder, merges written as "a b" strings
@@ -63,6 +64,9 @@ GLM_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[
           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 QWEN_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
            r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+# tiktoken cl100k style (GPT-4, converted tiktoken tokenizers): possessive quantifiers
+CL100K_RE = (r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*"
+             r"|\s*[\r\n]|\s+(?!\S)|\s+")
 DS_RE_DIGITS = r"\p{N}{1,3}"
 DS_RE_CJK = r"[一-龥぀-ゟ゠-ヿ]+"
 DS_RE_MAIN = (r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"
@@ -213,6 +217,17 @@ def build_deepseek(corpus):
     return tok, {}
 
 
+def build_cl100k(corpus):
+    specials = ["<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>"]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(CL100K_RE), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(corpus, bl_trainer(2500, specials))
+    return tok, {"ignore_merges": True}
+
+
 def add_byte_fallback(tok_json):
     """Give a trained sentencepiece-style BPE the 256 <0xNN> tokens and byte_fallback."""
     m = tok_json["model"]
@@ -280,6 +295,7 @@ def build_misc(corpus):
 
 BUILDERS = {"glm": (build_glm, GLM_SPECIALS + ["<think>", "</think>"]),
             "qwen": (build_qwen, ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "café"]),
+            "cl100k": (build_cl100k, ["<|endoftext|>", "<|fim_prefix|>", "<|fim_suffix|>"]),
             "deepseek": (build_deepseek, ["<｜begin▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>"]),
             "llama": (build_llama, ["<s>", "</s>", "<unk>"]),
             "meta": (build_meta, ["<s>", "</s>", "<|eot|>"]),
