@@ -205,6 +205,15 @@ static nb_status check_batch(const nb_model *m, const nb_kv_pool *pool, const nb
     if (pool->layout.n_layers != c->num_layers)
         return nb_error(NB_ERR_INVALID_ARG, "forward: KV pool has %d layers, the model %d", pool->layout.n_layers,
                         c->num_layers);
+    if (pool->device != NB_DEVICE_CPU || pool->dtype != NB_DTYPE_F32)
+        return nb_error(NB_ERR_INVALID_ARG, "forward: the CPU forward pass needs a host F32 KV pool");
+    nb_kv_layout want;
+    NB_TRY(nb_kv_layout_for(c, &want));
+    for (int l = 0; l < c->num_layers; l++)
+        if (memcmp(&want.layer[l], &pool->layout.layer[l], sizeof want.layer[l]) != 0)
+            return nb_error(NB_ERR_INVALID_ARG, "forward: KV pool layer %d has rows of %lld floats laid out for another "
+                            "model (this one needs %lld)", l, (long long)pool->layout.layer[l].row_floats,
+                            (long long)want.layer[l].row_floats);
     int64_t tot = 0, slots = 0;
     for (int s = 0; s < b->n_seqs; s++) {
         const nb_seq_step *q = &b->seqs[s];

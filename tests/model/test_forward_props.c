@@ -160,6 +160,16 @@ static void test_bad_batches(void)
     NB_CHECK_STATUS(nb_forward(m, &pool, &b, lg), NB_ERR_INVALID_ARG); /* id past the vocabulary */
     NB_CHECK(strstr(nb_last_error(), "vocabulary") != NULL);
     nb_kv_pool_free(&pool);
+    /* a pool laid out for another model is refused */
+    nb_model *other = load("glm4_moe");
+    if (other) {
+        NB_CHECK_OK(nb_kv_pool_init(&pool, &other->cfg, 4));
+        ids[1] = 10;
+        NB_CHECK_STATUS(nb_forward(m, &pool, &b, lg), NB_ERR_INVALID_ARG);
+        NB_CHECK(strstr(nb_last_error(), "another model") != NULL);
+        nb_kv_pool_free(&pool);
+        nb_model_free(other);
+    }
     nb_model_free(m);
 }
 
