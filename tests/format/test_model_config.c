@@ -27,6 +27,10 @@ static nb_status parse_with(const char *base_file, const char *key, const char *
     char *b = slurp(base_file);
     if (!b) return NB_ERR_IO;
     char *text = malloc(strlen(b) + strlen(key) + (value ? strlen(value) : 0) + 64);
+    if (!text) {
+        free(b);
+        return NB_ERR_OUT_OF_MEMORY;
+    }
     /* a later duplicate key would be ambiguous; cJSON returns the first, so put ours first */
     if (value) sprintf(text, "{\"%s\": %s, %s", key, value, strchr(b, '{') + 1);
     else strcpy(text, b);
