@@ -83,16 +83,17 @@ static int load_model_dir(const char *dir, const char *name, int have_tools, cha
     return 0;
 }
 
-static int load_json_arg(const char *what, const char *arg, int is_inline, cJSON **out)
+/* JSON argument text: a file, or (inline_ok) the text itself unless it starts with '@'. */
+static char *load_json_text(const char *arg, int inline_ok)
 {
-    nb_status st;
-    if (is_inline && arg[0] != '@') st = nb_json_parse(what, arg, strlen(arg), out);
-    else st = nb_json_load_file(arg[0] == '@' ? arg + 1 : arg, out);
-    if (st != NB_OK) {
+    if (inline_ok && arg[0] != '@') return strdup(arg);
+    char *text;
+    size_t len;
+    if (nb_read_file(arg[0] == '@' ? arg + 1 : arg, &text, &len, 0) != NB_OK) {
         fprintf(stderr, "nibble render-template: %s\n", nb_last_error());
-        return -1;
+        return NULL;
     }
-    return 0;
+    return text;
 }
 
 int nb_cmd_render_template(int argc, char **argv)
@@ -122,13 +123,13 @@ int nb_cmd_render_template(int argc, char **argv)
         return 2;
     }
     int rc = 1;
-    char *src = NULL, *bos = NULL, *eos = NULL, *out = NULL;
-    cJSON *msgs = NULL, *tools = NULL, *kwargs = NULL;
+    char *src = NULL, *bos = NULL, *eos = NULL, *out = NULL, *msgs = NULL, *tools = NULL, *kwargs = NULL;
     nb_template *tpl = NULL;
     size_t len = 0;
     const char *tpl_name = tpl_path;
-    if (load_json_arg("messages", msgs_path, 0, &msgs) || (tools_path && load_json_arg("tools", tools_path, 0, &tools)) ||
-        (kwargs_arg && load_json_arg("--kwargs", kwargs_arg, 1, &kwargs)))
+    /* JSON stays text down to the renderer, which reads numbers as Python does (1.0 stays a float) */
+    if (!(msgs = load_json_text(msgs_path, 0)) || (tools_path && !(tools = load_json_text(tools_path, 0))) ||
+        (kwargs_arg && !(kwargs = load_json_text(kwargs_arg, 1))))
         goto done;
     if (tpl_path) {
         if (nb_read_file(tpl_path, &src, &len, 0) != NB_OK) {
@@ -145,7 +146,7 @@ int nb_cmd_render_template(int argc, char **argv)
                 fprintf(stderr, "nibble render-template: %s\n", nb_last_error());
                 goto done;
             }
-            const char *want = name ? name : (tools && nb_tokenizer_chat_template(tok, "tool_use")) ? "tool_use" : NULL;
+            const char *want = name ? name : (tools_path && nb_tokenizer_chat_template(tok, "tool_use")) ? "tool_use" : NULL;
             const char *t = nb_tokenizer_chat_template(tok, want);
             if (t) src = strdup(t);
             if (nb_tokenizer_bos_token(tok)) bos = strdup(nb_tokenizer_bos_token(tok));
@@ -156,14 +157,14 @@ int nb_cmd_render_template(int argc, char **argv)
                         name ? name : "");
                 goto done;
             }
-        } else if (load_model_dir(model, name, tools != NULL, &src, &bos, &eos)) {
+        } else if (load_model_dir(model, name, tools_path != NULL, &src, &bos, &eos)) {
             fprintf(stderr, "nibble render-template: %s\n", nb_last_error());
             goto done;
         }
         len = strlen(src);
     }
     if (nb_template_compile(src, len, tpl_name, &tpl) != NB_OK ||
-        nb_chat_template_apply(tpl, msgs, tools, add_gen, kwargs, bos, eos, &out, &len) != NB_OK) {
+        nb_chat_template_apply_json(tpl, msgs, tools, add_gen, kwargs, bos, eos, &out, &len) != NB_OK) {
         fprintf(stderr, "nibble render-template: %s\n", nb_last_error());
         goto done;
     }
@@ -175,9 +176,9 @@ int nb_cmd_render_template(int argc, char **argv)
 done:
     free(out);
     nb_template_free(tpl);
-    cJSON_Delete(msgs);
-    cJSON_Delete(tools);
-    cJSON_Delete(kwargs);
+    free(msgs);
+    free(tools);
+    free(kwargs);
     free(src);
     free(bos);
     free(eos);

@@ -151,6 +151,27 @@ static void test_chat_apply(void)
     nb_template_free(t);
 }
 
+static void test_chat_apply_json(void)
+{
+    const char *src = "{{ messages[0].n }}|{{ messages[0].n | tojson }}|{{ tools }}|{{ flag }}|{{ bos_token }}";
+    nb_template *t;
+    NB_CHECK_OK(nb_template_compile(src, strlen(src), "json", &t));
+    char *out;
+    /* JSON text keeps 1.0 a float, as Python's json.loads does */
+    NB_CHECK_OK(nb_chat_template_apply_json(t, "[{\"n\": [1.0, 1, 2.50, 1e5, -0, 0.1, \"\\u00e9\\ud83d\\ude00\"]}]", NULL, 0,
+                                            "{\"flag\": true}", NULL, NULL, &out, NULL));
+    NB_CHECK_MSG(!strcmp(out, "[1.0, 1, 2.5, 100000.0, 0, 0.1, '\xc3\xa9\xf0\x9f\x98\x80']|"
+                              "[1.0, 1, 2.5, 100000.0, 0, 0.1, \"\xc3\xa9\xf0\x9f\x98\x80\"]|None|True|"),
+                 "got [%s]", out);
+    free(out);
+    NB_CHECK_STATUS(nb_chat_template_apply_json(t, "[{\"n\": }]", NULL, 0, NULL, NULL, NULL, &out, NULL),
+                    NB_ERR_INVALID_ARG);
+    NB_CHECK_MSG(strstr(nb_last_error(), "messages: JSON") && strstr(nb_last_error(), "column 8"), "%s", nb_last_error());
+    NB_CHECK_STATUS(nb_chat_template_apply_json(t, "{}", NULL, 0, NULL, NULL, NULL, &out, NULL), NB_ERR_INVALID_ARG);
+    NB_CHECK_STATUS(nb_chat_template_apply_json(t, "[]", NULL, 0, "[1]", NULL, NULL, &out, NULL), NB_ERR_INVALID_ARG);
+    nb_template_free(t);
+}
+
 typedef struct render_job {
     const nb_template *t;
     const cJSON *vars;
@@ -257,6 +278,7 @@ static const nb_test tests[] = {
     {"runtime_errors", test_runtime_errors},
     {"budgets", test_budgets},
     {"chat_apply", test_chat_apply},
+    {"chat_apply_json", test_chat_apply_json},
     {"concurrent_renders", test_concurrent_renders},
     {"truncations_and_mutations", test_truncations_and_mutations},
 };

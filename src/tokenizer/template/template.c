@@ -40,15 +40,13 @@ void nb_template_free(nb_template *tpl)
     free(tpl);
 }
 
-/* Render with a root scope already filled by `fill`. */
-static nb_status render(const nb_template *tpl, const cJSON *vars, const cJSON *const *extra_names_vals, char **out,
-                        size_t *len)
+/* Fills the root scope of a render with its variables. */
+typedef nb_status (*fill_fn)(tpl_ctx *c, tpl_scope *root, const void *user);
+
+static nb_status render(const nb_template *tpl, fill_fn fill, const void *user, char **out, size_t *len)
 {
-    (void)extra_names_vals;
     *out = NULL;
     if (len) *len = 0;
-    if (vars && !cJSON_IsObject(vars))
-        return nb_error(NB_ERR_INVALID_ARG, "template %s: variables must be a JSON object", tpl->name);
     tpl_ctx c;
     memset(&c, 0, sizeof c);
     c.tpl = tpl;
@@ -58,19 +56,7 @@ static nb_status render(const nb_template *tpl, const cJSON *vars, const cJSON *
     nb_status st = NB_OK;
     tpl_scope *root = tpl_scope_new(&c, NULL);
     if (!root) st = tpl_oom(&c, 0);
-    const cJSON *it;
-    if (st == NB_OK && vars) {
-        cJSON_ArrayForEach(it, vars)
-        {
-            tv v;
-            st = tpl_from_cjson(&c, it, &v);
-            if (st != NB_OK) break;
-            if (tpl_scope_set(&c, root, it->string ? it->string : "", v)) {
-                st = tpl_oom(&c, 0);
-                break;
-            }
-        }
-    }
+    if (st == NB_OK) st = fill(&c, root, user);
     if (st == NB_OK) st = tpl_exec(&c, root, tpl->root);
     if (st == NB_OK && result.failed) st = tpl_oom(&c, 0);
     tpl_arena_free(&c.arena);
@@ -87,9 +73,72 @@ static nb_status render(const nb_template *tpl, const cJSON *vars, const cJSON *
     return NB_OK;
 }
 
+static nb_status fill_cjson(tpl_ctx *c, tpl_scope *root, const void *user)
+{
+    const cJSON *vars = user, *it;
+    if (!vars) return NB_OK;
+    cJSON_ArrayForEach(it, vars)
+    {
+        tv v;
+        NB_TRY(tpl_from_cjson(c, it, &v));
+        if (tpl_scope_set(c, root, it->string ? it->string : "", v)) return tpl_oom(c, 0);
+    }
+    return NB_OK;
+}
+
 nb_status nb_template_render(const nb_template *tpl, const cJSON *vars, char **out, size_t *len)
 {
-    return render(tpl, vars, NULL, out, len);
+    *out = NULL;
+    if (vars && !cJSON_IsObject(vars))
+        return nb_error(NB_ERR_INVALID_ARG, "template %s: variables must be a JSON object", tpl->name);
+    return render(tpl, fill_cjson, vars, out, len);
+}
+
+typedef struct json_text_vars {
+    const char *messages, *tools, *kwargs, *bos, *eos;
+    int add_generation_prompt;
+} json_text_vars;
+
+static nb_status fill_json_text(tpl_ctx *c, tpl_scope *root, const void *user)
+{
+    const json_text_vars *j = user;
+    tv msgs, tools = tv_none(), kw = {0};
+    if (j->messages) {
+        NB_TRY(tpl_parse_json(c, "messages", j->messages, strlen(j->messages), &msgs));
+        if (msgs.t != TV_LIST) return nb_error(NB_ERR_INVALID_ARG, "messages: expected a JSON array");
+    } else {
+        msgs = tv_list_new(&c->arena, 0);
+        if (!msgs.u.l) return tpl_oom(c, 0);
+    }
+    if (j->tools) NB_TRY(tpl_parse_json(c, "tools", j->tools, strlen(j->tools), &tools));
+    if (j->kwargs) {
+        NB_TRY(tpl_parse_json(c, "kwargs", j->kwargs, strlen(j->kwargs), &kw));
+        if (kw.t != TV_DICT) return nb_error(NB_ERR_INVALID_ARG, "kwargs: expected a JSON object");
+    }
+    int bad = tpl_scope_set(c, root, "messages", msgs) || tpl_scope_set(c, root, "tools", tools) ||
+              tpl_scope_set(c, root, "documents", tv_none()) ||
+              tpl_scope_set(c, root, "add_generation_prompt", tv_bool(j->add_generation_prompt));
+    if (j->bos) bad |= tpl_scope_set(c, root, "bos_token", tv_str(j->bos, strlen(j->bos)));
+    if (j->eos) bad |= tpl_scope_set(c, root, "eos_token", tv_str(j->eos, strlen(j->eos)));
+    if (j->kwargs)
+        for (size_t i = 0; i < kw.u.d->n && !bad; i++) {
+            tv k = kw.u.d->k[i];
+            char *name = tpl_strndup(&c->arena, k.u.s.p, k.u.s.n);
+            bad |= !name || tpl_scope_set(c, root, name, kw.u.d->v[i]);
+        }
+    return bad ? tpl_oom(c, 0) : NB_OK;
+}
+
+nb_status nb_chat_template_apply_json(const nb_template *tpl, const char *messages_json, const char *tools_json,
+                                      int add_generation_prompt, const char *kwargs_json, const char *bos_token,
+                                      const char *eos_token, char **out, size_t *len)
+{
+    json_text_vars j = {messages_json, tools_json, kwargs_json, bos_token, eos_token, add_generation_prompt};
+    *out = NULL;
+    nb_status st = render(tpl, fill_json_text, &j, out, len);
+    if (st != NB_OK && strncmp(nb_last_error(), "template ", 9))
+        return nb_error_wrap(st, "template %s", tpl->name);
+    return st;
 }
 
 nb_status nb_chat_template_apply(const nb_template *tpl, const cJSON *messages, const cJSON *tools,
@@ -136,7 +185,7 @@ nb_status nb_chat_template_apply(const nb_template *tpl, const cJSON *messages, 
             cJSON_AddItemToObject(vars, k->string, ref);
         }
     }
-    if (st == NB_OK) st = render(tpl, vars, NULL, out, len);
+    if (st == NB_OK) st = render(tpl, fill_cjson, vars, out, len);
     cJSON_Delete(vars);
     return st;
 }

@@ -11,8 +11,9 @@
  *
  * A compiled template is immutable: render may be called from several threads at once on
  * the same template. Variables come in as cJSON values (JSON stays in the tokenizer and
- * server layers). JSON numbers: an integral value that fits in int64 is an int, any other
- * a float (cJSON keeps no "1.0" vs "1" distinction). */
+ * server layers). JSON numbers through cJSON: an integral value that fits in int64 is an
+ * int, any other a float (cJSON keeps no "1.0" vs "1" distinction; the _json entry point
+ * below reads JSON text and keeps it). */
 #ifndef NB_TOKENIZER_TEMPLATE_TEMPLATE_H
 #define NB_TOKENIZER_TEMPLATE_TEMPLATE_H
 
@@ -55,5 +56,15 @@ void nb_template_free(nb_template *tpl);
 nb_status nb_chat_template_apply(const nb_template *tpl, const cJSON *messages, const cJSON *tools,
                                  int add_generation_prompt, const cJSON *kwargs, const char *bos_token,
                                  const char *eos_token, char **out, size_t *len);
+
+/* As nb_chat_template_apply, with the variables as NUL-terminated JSON text:
+ * messages_json an array (NULL: empty), tools_json any JSON value (NULL: None),
+ * kwargs_json an object (NULL: none). Numbers are read as Python's json.loads reads them,
+ * so "1.0" stays a float and prints "1.0" (cJSON cannot keep it apart from "1"); prefer
+ * this entry when the JSON text is at hand. A JSON syntax error is NB_ERR_INVALID_ARG
+ * naming the argument, line and column. */
+nb_status nb_chat_template_apply_json(const nb_template *tpl, const char *messages_json, const char *tools_json,
+                                      int add_generation_prompt, const char *kwargs_json, const char *bos_token,
+                                      const char *eos_token, char **out, size_t *len);
 
 #endif

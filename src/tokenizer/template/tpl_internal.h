@@ -282,6 +282,9 @@ nb_status tpl_call_builtin(tpl_ctx *c, int line, tpl_func *f, const tv *args, in
 nb_status tpl_tojson(tpl_ctx *c, int line, tv v, int ensure_ascii, const char *indent, size_t indent_n,
                      int has_indent, const char *item_sep, const char *key_sep, int sort_keys, tv *out);
 nb_status tpl_from_cjson(tpl_ctx *c, const cJSON *j, tv *out);
+/* JSON text -> values as Python's json.loads reads it (ints stay ints, "1.0" a float;
+ * NaN / Infinity accepted); `what` names the text in errors (NB_ERR_INVALID_ARG). */
+nb_status tpl_parse_json(tpl_ctx *c, const char *what, const char *s, size_t n, tv *out);
 
 /* Argument binding for builtins: fill slot[i] for params[i] from positional then keyword
  * arguments; unfilled slots get .t = TV_ABSENT. Errors name the function. */

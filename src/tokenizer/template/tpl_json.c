@@ -1,9 +1,12 @@
 /* JSON for the chat-template interpreter: the `tojson` filter as transformers defines it
  * (json.dumps(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False): Python's
  * separators, float repr, NaN/Infinity, \uXXXX escapes) and the conversion of cJSON
- * variables into template values.
+ * variables (or of JSON text, keeping "1.0" apart from "1" as Python's json.loads does)
+ * into template values.
  * Exercised by tests/template/test_template.c (tojson cases) and the jinja2 comparisons. */
+#include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tokenizer/template/tpl_internal.h"
@@ -183,5 +186,250 @@ nb_status tpl_from_cjson(tpl_ctx *c, const cJSON *j, tv *out)
         }
         *out = d;
     } else *out = tv_none();
+    return NB_OK;
+}
+
+/* ---- JSON text -> values, keeping Python's int / float distinction ------------------- */
+typedef struct jparser {
+    tpl_ctx *c;
+    const char *what, *s;
+    size_t n, i;
+    int depth;
+} jparser;
+
+static nb_status jfail(jparser *J, const char *msg)
+{
+    int line = 1, col = 1;
+    for (size_t k = 0; k < J->i && k < J->n; k++) {
+        if (J->s[k] == '\n') line++, col = 1;
+        else col++;
+    }
+    return nb_error(NB_ERR_INVALID_ARG, "%s: JSON %s at line %d column %d", J->what, msg, line, col);
+}
+
+static void jws(jparser *J)
+{
+    while (J->i < J->n && (J->s[J->i] == ' ' || J->s[J->i] == '\t' || J->s[J->i] == '\n' || J->s[J->i] == '\r')) J->i++;
+}
+
+static int jhex4(jparser *J, uint32_t *v)
+{
+    if (J->i + 4 > J->n) return -1;
+    *v = 0;
+    for (int k = 0; k < 4; k++) {
+        char ch = J->s[J->i + (size_t)k];
+        int h = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+        if (h < 0) return -1;
+        *v = *v * 16 + (uint32_t)h;
+    }
+    J->i += 4;
+    return 0;
+}
+
+static nb_status jstring(jparser *J, tv *out)
+{
+    J->i++; /* opening quote */
+    size_t start = J->i;
+    while (J->i < J->n && J->s[J->i] != '"' && J->s[J->i] != '\\' && (unsigned char)J->s[J->i] >= 0x20) J->i++;
+    if (J->i < J->n && J->s[J->i] == '"') { /* no escapes: point into a copy */
+        char *p = tpl_strndup(&J->c->arena, J->s + start, J->i - start);
+        if (!p) return tpl_oom(J->c, 0);
+        *out = tv_str(p, J->i - start);
+        J->i++;
+        return NB_OK;
+    }
+    tpl_buf b = {0};
+    tpl_buf_put(&b, J->s + start, J->i - start);
+    nb_status st = NB_OK;
+    for (;;) {
+        if (J->i >= J->n) {
+            st = jfail(J, "unterminated string");
+            break;
+        }
+        char ch = J->s[J->i];
+        if (ch == '"') {
+            J->i++;
+            break;
+        }
+        if ((unsigned char)ch < 0x20) {
+            st = jfail(J, "control character in string");
+            break;
+        }
+        if (ch != '\\') {
+            tpl_buf_putc(&b, ch);
+            J->i++;
+            continue;
+        }
+        if (++J->i >= J->n) {
+            st = jfail(J, "unterminated string");
+            break;
+        }
+        char e = J->s[J->i++];
+        uint32_t cp;
+        switch (e) {
+        case '"': tpl_buf_putc(&b, '"'); break;
+        case '\\': tpl_buf_putc(&b, '\\'); break;
+        case '/': tpl_buf_putc(&b, '/'); break;
+        case 'b': tpl_buf_putc(&b, '\b'); break;
+        case 'f': tpl_buf_putc(&b, '\f'); break;
+        case 'n': tpl_buf_putc(&b, '\n'); break;
+        case 'r': tpl_buf_putc(&b, '\r'); break;
+        case 't': tpl_buf_putc(&b, '\t'); break;
+        case 'u':
+            if (jhex4(J, &cp)) {
+                st = jfail(J, "bad \\u escape");
+                break;
+            }
+            if (cp >= 0xD800 && cp < 0xDC00 && J->i + 6 <= J->n && J->s[J->i] == '\\' && J->s[J->i + 1] == 'u') {
+                size_t save = J->i;
+                uint32_t lo;
+                J->i += 2;
+                if (!jhex4(J, &lo) && lo >= 0xDC00 && lo < 0xE000) cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                else J->i = save;
+            }
+            tpl_buf_utf8(&b, cp); /* a lone surrogate keeps its 3-byte form, as Python's surrogatepass would */
+            break;
+        default: st = jfail(J, "bad escape"); break;
+        }
+        if (st != NB_OK) break;
+    }
+    if (st == NB_OK) {
+        char *p = tpl_strndup(&J->c->arena, b.p ? b.p : "", b.n);
+        if (!p || b.failed) st = tpl_oom(J->c, 0);
+        else *out = tv_str(p, b.n);
+    }
+    tpl_buf_free(&b);
+    return st;
+}
+
+static nb_status jvalue(jparser *J, tv *out);
+
+static nb_status jnumber(jparser *J, tv *out)
+{
+    size_t st = J->i;
+    int is_float = 0;
+    if (J->s[J->i] == '-') J->i++;
+    if (J->i >= J->n || !(J->s[J->i] >= '0' && J->s[J->i] <= '9')) return jfail(J, "bad number");
+    if (J->s[J->i] == '0') J->i++;
+    else
+        while (J->i < J->n && J->s[J->i] >= '0' && J->s[J->i] <= '9') J->i++;
+    if (J->i < J->n && J->s[J->i] == '.') {
+        is_float = 1;
+        J->i++;
+        if (J->i >= J->n || !(J->s[J->i] >= '0' && J->s[J->i] <= '9')) return jfail(J, "bad number");
+        while (J->i < J->n && J->s[J->i] >= '0' && J->s[J->i] <= '9') J->i++;
+    }
+    if (J->i < J->n && (J->s[J->i] == 'e' || J->s[J->i] == 'E')) {
+        is_float = 1;
+        J->i++;
+        if (J->i < J->n && (J->s[J->i] == '+' || J->s[J->i] == '-')) J->i++;
+        if (J->i >= J->n || !(J->s[J->i] >= '0' && J->s[J->i] <= '9')) return jfail(J, "bad number");
+        while (J->i < J->n && J->s[J->i] >= '0' && J->s[J->i] <= '9') J->i++;
+    }
+    char tmp[400];
+    size_t len = J->i - st;
+    if (len >= sizeof tmp) return jfail(J, "number too long");
+    memcpy(tmp, J->s + st, len);
+    tmp[len] = 0;
+    if (!is_float) {
+        errno = 0;
+        long long v = strtoll(tmp, NULL, 10);
+        if (errno == 0) {
+            *out = tv_int(v);
+            return NB_OK;
+        }
+        /* beyond int64: Python keeps an exact int; a float is the closest we have */
+    }
+    *out = tv_float(strtod(tmp, NULL));
+    return NB_OK;
+}
+
+static nb_status jvalue(jparser *J, tv *out)
+{
+    jws(J);
+    if (J->i >= J->n) return jfail(J, "unexpected end of input");
+    if (++J->depth > 1000) return jfail(J, "nesting too deep");
+    char ch = J->s[J->i];
+    nb_status st = NB_OK;
+    if (ch == '"') st = jstring(J, out);
+    else if (ch == '-' || (ch >= '0' && ch <= '9')) st = jnumber(J, out);
+    else if (ch == '[') {
+        J->i++;
+        tv l = tv_list_new(&J->c->arena, 0);
+        if (!l.u.l) return tpl_oom(J->c, 0);
+        jws(J);
+        if (J->i < J->n && J->s[J->i] == ']') J->i++;
+        else
+            for (;;) {
+                tv v;
+                NB_TRY(jvalue(J, &v));
+                if (tpl_list_push(&J->c->arena, l.u.l, v)) return tpl_oom(J->c, 0);
+                jws(J);
+                if (J->i < J->n && J->s[J->i] == ',') J->i++;
+                else if (J->i < J->n && J->s[J->i] == ']') {
+                    J->i++;
+                    break;
+                } else return jfail(J, "expected ',' or ']'");
+            }
+        *out = l;
+    } else if (ch == '{') {
+        J->i++;
+        tv d = tv_dict_new(&J->c->arena, 0);
+        if (!d.u.d) return tpl_oom(J->c, 0);
+        jws(J);
+        if (J->i < J->n && J->s[J->i] == '}') J->i++;
+        else
+            for (;;) {
+                tv k, v;
+                jws(J);
+                if (J->i >= J->n || J->s[J->i] != '"') return jfail(J, "expected a string key");
+                NB_TRY(jstring(J, &k));
+                jws(J);
+                if (J->i >= J->n || J->s[J->i] != ':') return jfail(J, "expected ':'");
+                J->i++;
+                NB_TRY(jvalue(J, &v));
+                /* a repeated key keeps its first position and takes the last value, as in Python */
+                if (tpl_dict_set(&J->c->arena, d.u.d, k, v)) return tpl_oom(J->c, 0);
+                jws(J);
+                if (J->i < J->n && J->s[J->i] == ',') J->i++;
+                else if (J->i < J->n && J->s[J->i] == '}') {
+                    J->i++;
+                    break;
+                } else return jfail(J, "expected ',' or '}'");
+            }
+        *out = d;
+    } else {
+        static const struct {
+            const char *w;
+            int kind;
+        } words[] = {{"true", 1}, {"false", 2}, {"null", 3}, {"NaN", 4}, {"Infinity", 5}, {"-Infinity", 6}};
+        size_t k;
+        for (k = 0; k < NB_ARRAY_LEN(words); k++) {
+            size_t wl = strlen(words[k].w);
+            if (J->i + wl <= J->n && !memcmp(J->s + J->i, words[k].w, wl)) {
+                J->i += wl;
+                break;
+            }
+        }
+        if (k == NB_ARRAY_LEN(words)) return jfail(J, "unexpected character");
+        switch (words[k].kind) {
+        case 1: *out = tv_bool(1); break;
+        case 2: *out = tv_bool(0); break;
+        case 3: *out = tv_none(); break;
+        case 4: *out = tv_float(NAN); break;
+        case 5: *out = tv_float(INFINITY); break;
+        default: *out = tv_float(-INFINITY); break;
+        }
+    }
+    J->depth--;
+    return st;
+}
+
+nb_status tpl_parse_json(tpl_ctx *c, const char *what, const char *s, size_t n, tv *out)
+{
+    jparser J = {.c = c, .what = what, .s = s, .n = n};
+    NB_TRY(jvalue(&J, out));
+    jws(&J);
+    if (J.i != n) return jfail(&J, "extra data after the value");
     return NB_OK;
 }
