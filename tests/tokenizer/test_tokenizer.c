@@ -209,6 +209,23 @@ static void test_bpe_decoders_bytefallback(void)
     nb_tokenizer_free(t);
 }
 
+static void test_decoders_misc(void)
+{
+    /* Strip counts `stop` characters from the end of each token; legacy Metaspace
+     * add_prefix_space=true means prepend_scheme "always" (the first token loses its ▁) */
+    nb_tokenizer *t = load_json(
+        "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"axx\":0,\"bx\":1,\"\\u2581c\":2,\"xxx\":3},\"merges\":[]},"
+        "\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\","
+        "\"add_prefix_space\":true},{\"type\":\"Strip\",\"content\":\"x\",\"start\":0,\"stop\":2}]}}");
+    NB_CHECK(t != NULL);
+    if (!t) return;
+    const int32_t a[] = {0, 1, 2};
+    NB_CHECK(dec_is(t, a, 3, 0, "ab c", 4));
+    const int32_t b[] = {2, 3, 0};
+    NB_CHECK(dec_is(t, b, 3, 0, "cxa", 3));
+    nb_tokenizer_free(t);
+}
+
 /* ---- concurrency: several threads share one tokenizer (and its word cache) --------------- */
 
 #define NB_THR_WORDS 300
@@ -440,6 +457,7 @@ static const nb_test tests[] = {
     {"builtin_bytes_stream", test_builtin_bytes},
     {"added_flags", test_added_flags},
     {"threads", test_threads},
+    {"decoders_misc", test_decoders_misc},
     {"load_dir", test_load_dir},
     {"malformed", test_malformed},
 };

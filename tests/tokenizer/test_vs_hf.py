@@ -10,6 +10,7 @@ normalizer, post-processor and added-token configurations of real model families
   llama    sentencepiece style: Prepend/Replace normalizer, byte_fallback + unk,
            Replace/ByteFallback/Fuse/Strip decoder, merges written as "a b" strings
   meta     Metaspace(prepend_scheme=first) pre-tokenizer and decoder, byte_fallback
+  meta_always  Digits (contiguous) + Metaspace(prepend_scheme=always, no split)
   misc     NFKC + Lowercase + Replace normalizers, Digits, Split with Removed /
            MergedWithPrevious / MergedWithNext / Contiguous / invert, GPT-2 ByteLevel
            regex with add_prefix_space, lstrip/rstrip/single_word added tokens
@@ -268,6 +269,20 @@ def build_meta(corpus):
     return tok, {"byte_fallback": True}
 
 
+def build_meta_always(corpus):
+    specials = ["<unk>", "<s>", "</s>"]
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=False),
+        pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=False)])
+    tok.decoder = decoders.Sequence([decoders.ByteFallback(),
+                                     decoders.Metaspace(replacement="▁", prepend_scheme="always", split=False)])
+    tr = trainers.BpeTrainer(vocab_size=1200, min_frequency=2, show_progress=False, special_tokens=specials,
+                             limit_alphabet=150)
+    tok.train_from_iterator(corpus, tr)
+    return tok, {"byte_fallback": True}
+
+
 def build_misc(corpus):
     specials = ["<pad>", "<eos>", "[SEP]"]
     tok = Tokenizer(models.BPE())
@@ -299,6 +314,7 @@ BUILDERS = {"glm": (build_glm, GLM_SPECIALS + ["<think>", "</think>"]),
             "deepseek": (build_deepseek, ["<｜begin▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>"]),
             "llama": (build_llama, ["<s>", "</s>", "<unk>"]),
             "meta": (build_meta, ["<s>", "</s>", "<|eot|>"]),
+            "meta_always": (build_meta_always, ["<s>", "</s>"]),
             "misc": (build_misc, ["<mask>", "<nl>", "word", "Hello", "[SEP]", "<eos>"])}
 
 
