@@ -24,7 +24,7 @@ for s in $STEPS; do
       timeout 300 "$T" 2>&1 | tee "$OUT/test_cuda_moe.log" || rc=1 ;;
     bench)
       timeout 300 "$BIN/nibble" bench-moe --tokens "$TOKENS" --json "$OUT/bench_moe_uniform.json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench_moe.log" || rc=1
-      [ -n "${ZIPF:-1}" ] && { timeout 200 "$BIN/nibble" bench-moe --tokens "$TOKENS" --routing zipf --json "$OUT/bench_moe_zipf.json" ${BENCH_ARGS:-} 2>&1 | tee -a "$OUT/bench_moe.log" || rc=1; } ;;
+      [ -n "${ZIPF-1}" ] && { timeout 200 "$BIN/nibble" bench-moe --tokens "$TOKENS" --routing zipf --json "$OUT/bench_moe_zipf.json" ${BENCH_ARGS:-} 2>&1 | tee -a "$OUT/bench_moe.log" || rc=1; } ;;
     gemm)
       timeout 200 "$BIN/nibble" bench-gemm --json "$OUT/bench_gemm.json" 2>&1 | tee "$OUT/bench_gemm.log" || rc=1 ;;
     torch)

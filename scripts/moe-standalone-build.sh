@@ -12,7 +12,7 @@ mkdir -p "$OUT/obj" "$OUT/gen"
 GENCODE=""
 for a in ${ARCHS//;/ }; do GENCODE+=" -gencode=arch=compute_$a,code=sm_$a"; done
 CFLAGS="-std=c11 -O2 -Wall -Wextra -Werror -Wundef -Wshadow -Wno-unused-parameter -D_GNU_SOURCE -DNIBBLE_HAVE_CUDA=1 -DNIBBLE_VERSION_STRING=\"0.1.0\" -Iinclude -Isrc -I/usr/local/cuda/include"
-NVFLAGS="-std=c++17 -O3 $GENCODE -lineinfo -DNIBBLE_HAVE_CUDA=1 -Iinclude -Isrc -Xcompiler=-Wall,-Wno-unused-parameter"
+NVFLAGS="-std=c++17 -O3 ${NVCC_EXTRA:-} $GENCODE -lineinfo -DNIBBLE_HAVE_CUDA=1 -Iinclude -Isrc -Xcompiler=-Wall,-Wno-unused-parameter"
 objs=()
 for f in src/base/status.c src/base/log.c src/base/file.c src/base/progress.c src/format/numerics.c \
          src/tools/tile_plan.c src/ops/cuda/moe_repack.c; do

@@ -67,14 +67,13 @@ nb_status nb_tile_print_table(FILE *f, int sm)
     /* nibble's MoE kernels: no staged main loop (operands go global -> registers); shared
      * memory holds the split-K partial sums only. m = weight rows, n = tokens per tile. */
     fprintf(f, "nibble MoE kernels (ops/cuda/moe_ffn.cu)\n");
-    const int nts[2] = {NB_MOE_NT_STREAM, NB_MOE_NT_MMA};
-    const char *names[2][2] = {{"moe stream down", "moe stream gate_up"}, {"moe mma down", "moe mma gate_up"}};
-    for (int r = 0; r < 2; r++)
-        for (int gu = 0; gu < 2; gu++) {
-            nb_tile_config c = {names[r][gu], 16 * (gu ? 2 : 1), 8 * nts[r], 64, 0.5, 2.0, 16, 0, NB_EPI_NONE,
-                                nb_moe_smem_bytes(nts[r], gu)};
-            row(f, &c, lim);
-        }
+    const int ntv[3] = {1, 2, NB_MOE_NT_MMA};
+    const char *names[3] = {"moe stream (8 tokens)", "moe stream (16 tokens)", "moe mma"};
+    for (int r = 0; r < 3; r++) {
+        /* each warp: two 16-row tiles (gate+up, or two of down), K split over the block */
+        nb_tile_config c = {names[r], 32, 8 * ntv[r], 64, 0.5, 2.0, 16, 0, NB_EPI_NONE, nb_moe_smem_bytes(ntv[r], 1)};
+        row(f, &c, lim);
+    }
 
     /* Block-scaled FP4 x FP4 tiles (NVFP4, 16-element scale vectors), as CUTLASS's SM100/SM120
      * grouped GEMMs lay them out: the seeds' candidates. */

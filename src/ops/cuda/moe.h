@@ -8,9 +8,12 @@
  * per-lane fragments of the mma.sync m16n8k16 A operand; docs/moe-kernels.md draws it.
  * Two regimes behind nb_moe_forward, chosen by nb_moe_pick_kernel (a ladder of named
  * predicates, forceable with NIBBLE_MOE_KERNEL=stream|mma):
- *   stream: token tiles of 8, K split over the 4 warps of a block so that the work of
- *           all touched experts covers every SM; each weight byte is read once.
+ *   stream: token tiles of 8 or 16 (1 or 2 n8 fragments per warp), tokens staged in shared
+ *           memory; each weight byte is read once per tile.
  *   mma:    token tiles of 32 (4 n8 fragments per warp), weights reused across them.
+ * Both run as one persistent kernel per step after a one-block routing kernel: K is split
+ * over the 4 warps of a block and blocks take (tile, 32 rows) items from a counter, gate_up
+ * items first, so all touched experts' work covers every SM.
  * Tests: tests/cuda_moe/test_moe.c (ctest -L gpu). Benchmark: nibble bench-moe. */
 #ifndef NB_OPS_CUDA_MOE_H
 #define NB_OPS_CUDA_MOE_H
@@ -37,12 +40,12 @@ extern "C" {
 #define NB_MOE_NT_STREAM 1
 #define NB_MOE_NT_MMA 4
 
-/* Shared memory of one GEMM block: the split-K partial sums of warps 1..3 (F32, 4 per
- * lane per fragment, twice for gate_up). The launcher checks it against the device's
- * opt-in limit; `nibble plan-tiles` prints it. */
+/* Shared memory of one FFN block: the split-K partial sums (F32, 4 per lane per fragment,
+ * two row tiles, one slot per warp). The launcher checks it against the device's opt-in
+ * limit; `nibble plan-tiles` prints it. */
 static inline size_t nb_moe_smem_bytes(int nt, int gate_up)
 {
-    return (size_t)(NB_MOE_WARPS - 1) * (size_t)(gate_up ? 2 : 1) * (size_t)nt * 4u * 32u * sizeof(float);
+    return (size_t)NB_MOE_WARPS * (size_t)(gate_up ? 2 : 1) * (size_t)nt * 4u * 32u * sizeof(float);
 }
 
 /* Bytes of the repacked weight codes and scales of one [n, k] matrix (the same as the

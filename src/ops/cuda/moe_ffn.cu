@@ -103,9 +103,11 @@ __device__ __forceinline__ uint16_t f32_to_bf16_rn(float f)
 
 struct moe_ws {
     int *n_tiles;    // [1]
+    int *work;       // [2] next item to take; zeroing items finished
     int *offsets;    // [E + 1] first sorted position of each expert
     int *sorted;     // [T*k] slot ids (t*k + j) in expert order
     int4 *tiles;     // [max_tiles] (expert, first sorted position, count, 0)
+    int *done;       // [max_tiles] gate_up items finished per tile
     uint16_t *act;   // [T*k, inter] BF16, in expert order
 };
 
@@ -115,27 +117,38 @@ static size_t moe_max_tiles(int slots, int experts) { return (size_t)slots / MOE
 
 static size_t moe_ws_layout(int experts, int inter, int slots, char *base, moe_ws *ws)
 {
-    size_t off = 0;
-    if (ws) ws->n_tiles = (int *)(base + off);
-    off += align256(sizeof(int));
-    if (ws) ws->offsets = (int *)(base + off);
-    off += align256(sizeof(int) * (size_t)(experts + 1));
-    if (ws) ws->sorted = (int *)(base + off);
-    off += align256(sizeof(int) * (size_t)slots);
-    if (ws) ws->tiles = (int4 *)(base + off);
-    off += align256(sizeof(int4) * moe_max_tiles(slots, experts));
-    if (ws) ws->act = (uint16_t *)(base + off);
-    off += align256(sizeof(uint16_t) * (size_t)slots * (size_t)inter);
+    size_t off = 0, mt = moe_max_tiles(slots, experts);
+#define MOE_WS_PART(field, type, count)                                                   \
+    do {                                                                                  \
+        if (ws) ws->field = (type *)(base + off);                                         \
+        off += align256(sizeof(type) * (size_t)(count));                                  \
+    } while (0)
+    MOE_WS_PART(n_tiles, int, 1);
+    MOE_WS_PART(work, int, 2);
+    MOE_WS_PART(offsets, int, experts + 1);
+    MOE_WS_PART(sorted, int, slots);
+    MOE_WS_PART(tiles, int4, mt);
+    MOE_WS_PART(done, int, mt);
+    MOE_WS_PART(act, uint16_t, (size_t)slots * (size_t)inter);
+#undef MOE_WS_PART
     return off;
 }
 
-// One block of 1024 threads. ids == NULL: dense mode (slot t -> expert 0).
+// Programmatic dependent launch (sm_90+): let the next kernel in the stream start its
+// launch now / wait here until the previous kernel has finished and its writes are visible.
+__device__ __forceinline__ void griddep_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;"); }
+__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
+// One block of 1024 threads. ids == NULL: dense mode (slot t -> expert 0). Also resets the
+// FFN kernel's work counters.
 __global__ void __launch_bounds__(1024) moe_route_kernel(const int32_t *ids, int slots, int experts, int tile,
                                                          moe_ws ws)
 {
     __shared__ int cnt[MOE_MAX_EXPERTS], cur[MOE_MAX_EXPERTS], tsc[MOE_MAX_EXPERTS], csc[MOE_MAX_EXPERTS];
+    griddep_launch_dependents();
     const int tid = threadIdx.x;
     for (int e = tid; e < MOE_MAX_EXPERTS; e += blockDim.x) cnt[e] = 0;
+    if (tid < 2) ws.work[tid] = 0;
     __syncthreads();
     for (int i = tid; i < slots; i += blockDim.x) {
         int e = ids ? ids[i] : 0;
@@ -159,8 +172,10 @@ __global__ void __launch_bounds__(1024) moe_route_kernel(const int32_t *ids, int
     if (tid < experts) {
         cur[tid] = first;
         ws.offsets[tid] = first;
-        for (int j = 0; j < nt; j++)
+        for (int j = 0; j < nt; j++) {
             ws.tiles[tfirst + j] = make_int4(tid, first + j * tile, min(tile, c - j * tile), 0);
+            ws.done[tfirst + j] = 0;
+        }
     }
     if (tid == MOE_MAX_EXPERTS - 1) {
         ws.offsets[experts] = csc[tid];
@@ -173,195 +188,288 @@ __global__ void __launch_bounds__(1024) moe_route_kernel(const int32_t *ids, int
     }
 }
 
-// ---- the GEMMs ------------------------------------------------------------------------
+// ---- the FFN kernel ------------------------------------------------------------------------
 
-struct moe_gemm_params {
-    const uint8_t *w, *s;   // repacked matrices of all experts
-    const float *gs;        // weight_scale_2: gate_up [E][2], down [E]
-    int n, k;               // rows and columns of one expert's matrix (gate_up: n = 2*inter)
-    const uint16_t *in;     // gate_up: x [T, hidden]; down: act [slots, inter] in expert order
+struct moe_params {
+    const uint8_t *w13, *s13, *w2, *s2;  // repacked matrices of all experts
+    const float *g13, *g2;               // weight_scale_2: gate/up [E][2], down [E]
+    int hidden, inter, topk;
+    const uint16_t *x;                   // [T, hidden]
+    uint16_t *act;                       // [slots, inter] in expert order
     const int *sorted;
     const int4 *tiles;
     const int *n_tiles;
-    int topk;
-    const float *route_w;   // [T*k] or NULL
-    uint16_t *act;          // gate_up output
-    float *out;             // down output [T, hidden]
-    int n_rb;               // 16-row blocks per tile: inter/16 (gate_up) or hidden/16 (down)
+    const float *route_w;                // [T*k] or NULL
+    float *out;                          // [T, hidden]
+    size_t zero_elems;                   // floats of out to zero first (0: accumulate)
+    int *work, *done;
+    int ks;                              // warps splitting K per row-tile pair: 1, 2 or 4
 };
 
-// One 64-wide k-tile of one warp: expand the codes of 1 (down) or 2 (gate, up) row tiles and
-// multiply with NT token fragments whose 16 BF16 per lane are in b[NT][8] words.
-template <int NT, bool GU>
-__device__ __forceinline__ void moe_ktile(const uint4 &wg, const uint4 &wu, uint32_t scg, uint32_t scu,
-                                          const uint32_t (*b)[8], float (*accg)[4], float (*accu)[4])
+// Floats of `out` one zeroing item clears (8 float4 per thread).
+#define MOE_ZERO_CHUNK (MOE_THREADS * 4 * 8)
+
+// One 64-wide k-tile of one warp: expand the codes of two 16-row tiles (gate and up rows,
+// or two down tiles) and multiply with NT token fragments whose 16 BF16 per lane are in
+// b[NT][8] words.
+template <int NT>
+__device__ __forceinline__ void moe_ktile(const uint4 &wa, const uint4 &wb, uint32_t sca, uint32_t scb,
+                                          const uint32_t (*b)[8], float (*acca)[4], float (*accb)[4])
 {
-    uint32_t sg, sg8, ug = 0, ug8 = 0;
-    expand_scales(scg, sg, sg8);
-    if (GU) expand_scales(scu, ug, ug8);
-    const uint32_t wgw[4] = {wg.x, wg.y, wg.z, wg.w};
-    const uint32_t wuw[4] = {wu.x, wu.y, wu.z, wu.w};
+    uint32_t sa, sa8, sb, sb8;
+    expand_scales(sca, sa, sa8);
+    expand_scales(scb, sb, sb8);
+    const uint32_t wwa[4] = {wa.x, wa.y, wa.z, wa.w};
+    const uint32_t wwb[4] = {wb.x, wb.y, wb.z, wb.w};
 #pragma unroll
     for (int s = 0; s < 4; s++) {
         uint32_t a[4];
-        expand_codes(wgw[s], sg, sg8, a);
+        expand_codes(wwa[s], sa, sa8, a);
 #pragma unroll
-        for (int j = 0; j < NT; j++) mma_bf16(accg[j], a[0], a[1], a[2], a[3], b[j][2 * s], b[j][2 * s + 1]);
-        if (GU) {
-            expand_codes(wuw[s], ug, ug8, a);
+        for (int j = 0; j < NT; j++) mma_bf16(acca[j], a[0], a[1], a[2], a[3], b[j][2 * s], b[j][2 * s + 1]);
+        expand_codes(wwb[s], sb, sb8, a);
 #pragma unroll
-            for (int j = 0; j < NT; j++) mma_bf16(accu[j], a[0], a[1], a[2], a[3], b[j][2 * s], b[j][2 * s + 1]);
-        }
+        for (int j = 0; j < NT; j++) mma_bf16(accb[j], a[0], a[1], a[2], a[3], b[j][2 * s], b[j][2 * s + 1]);
     }
 }
 
 // The kernel's shared array, named so the launcher can compare it with nb_moe_smem_bytes.
-template <int NT, bool GU>
+template <int NT>
 struct moe_smem_probe {
-    float red[MOE_WARPS - 1][GU ? 2 : 1][NT][4][32];
+    float red[MOE_WARPS][2][NT][4][32];
 };
 
-template <int NT, bool GU>
-__global__ void __launch_bounds__(MOE_THREADS) moe_gemm_kernel(moe_gemm_params p)
+// The activations were written by this same kernel (down items): read them through L2.
+__device__ __forceinline__ uint4 ld_act(const uint16_t *p)
 {
-    __shared__ moe_smem_probe<NT, GU> sm;
-    auto &red = sm.red;
+    uint4 v;
+    asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+
+// Weight codes and scales of k-group kg of both row tiles into registers (this lane's
+// 2 x 64 + 2 x 8 bytes).
+__device__ __forceinline__ void moe_load_group(const uint8_t *wap, const uint8_t *wbp, const uint8_t *sap,
+                                               const uint8_t *sbp, int kg, uint4 (&wa)[4], uint4 (&wb)[4], uint2 &sa,
+                                               uint2 &sb)
+{
+#pragma unroll
+    for (int qq = 0; qq < 4; qq++) {
+        wa[qq] = ld_stream(wap + (size_t)(kg * 4 + qq) * 512);
+        wb[qq] = ld_stream(wbp + (size_t)(kg * 4 + qq) * 512);
+    }
+    sa = ld_stream2(sap + (size_t)kg * 256);
+    sb = ld_stream2(sbp + (size_t)kg * 256);
+}
+
+// The NT token fragments of k-tile q (16 BF16 per lane per fragment).
+template <int NT, bool DN>
+__device__ __forceinline__ void moe_load_b(const uint16_t *const *brow, int q, uint32_t (*b)[8])
+{
+#pragma unroll
+    for (int j = 0; j < NT; j++) {
+        uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
+        if (brow[j]) {
+            if (DN) {
+                lo = ld_act(brow[j] + q * 64);
+                hi = ld_act(brow[j] + q * 64 + 8);
+            } else {
+                lo = __ldg((const uint4 *)(brow[j] + q * 64));
+                hi = __ldg((const uint4 *)(brow[j] + q * 64 + 8));
+            }
+        }
+        b[j][0] = lo.x, b[j][1] = lo.y, b[j][2] = lo.z, b[j][3] = lo.w;
+        b[j][4] = hi.x, b[j][5] = hi.y, b[j][6] = hi.z, b[j][7] = hi.w;
+    }
+}
+
+template <int NT>
+__device__ __forceinline__ void moe_group(const uint4 (&wa)[4], const uint4 (&wb)[4], uint2 sa, uint2 sb,
+                                          const uint16_t *const *brow, bool dn, int kg, float (*acca)[4],
+                                          float (*accb)[4])
+{
+#pragma unroll
+    for (int qq = 0; qq < 4; qq++) {
+        uint32_t b[NT][8];
+        if (dn) moe_load_b<NT, true>(brow, kg * 4 + qq, b);
+        else moe_load_b<NT, false>(brow, kg * 4 + qq, b);
+        uint32_t s2a = (qq < 2 ? sa.x : sa.y) >> ((qq & 1) * 16);
+        uint32_t s2b = (qq < 2 ? sb.x : sb.y) >> ((qq & 1) * 16);
+        moe_ktile<NT>(wa[qq], wb[qq], s2a, s2b, b, acca, accb);
+    }
+}
+
+// One item of the block: 4 / ks pairs of 16-row tiles, each pair's K split over ks warps
+// (ks = 1, 2 or 4; more splitting when few experts are touched, so that all SMs stream).
+//   DN == false: gate_up, pair (r, r + inter/16) of W13 for r = rb*(4/ks) + warp/ks; acts.
+//   DN == true:  down, pair (2r, 2r+1) of W2; adds into out.
+// row[r]: element offset of token row r of the tile in x (gate_up) or act (down), -1 past
+// the tile's count. The warp with part 0 of each pair reduces and runs the epilogue.
+template <int NT, bool DN>
+__device__ __forceinline__ void moe_item(const moe_params &p, moe_smem_probe<NT> &sm, const long long *row, int e,
+                                         int start, int cnt, int rb, int ks)
+{
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int ktiles = p.k / 64, kgroups = p.k / 256;
-    const int kg0 = warp * kgroups / MOE_WARPS, kg1 = (warp + 1) * kgroups / MOE_WARPS;
-    const size_t mat_w = (size_t)p.n * p.k / 2, mat_s = (size_t)p.n * p.k / 16;
-    const int items = *p.n_tiles * p.n_rb;
+    const int part = warp % ks, pair = rb * (MOE_WARPS / ks) + warp / ks;
+    const int n = DN ? p.hidden : 2 * p.inter, K = DN ? p.inter : p.hidden;
+    const int ktiles = K / 64, kgroups = K / 256;
+    const int kg0 = part * kgroups / ks, kg1 = (part + 1) * kgroups / ks;
+    const int nta = DN ? 2 * pair : pair, ntb = DN ? 2 * pair + 1 : pair + p.inter / 16;
+    const uint8_t *wbase = (DN ? p.w2 : p.w13) + (size_t)e * ((size_t)n * K / 2);
+    const uint8_t *sbase = (DN ? p.s2 : p.s13) + (size_t)e * ((size_t)n * K / 16);
+    const uint8_t *wap = wbase + ((size_t)nta * ktiles * 32 + lane) * 16;
+    const uint8_t *wbp = wbase + ((size_t)ntb * ktiles * 32 + lane) * 16;
+    const uint8_t *sap = sbase + ((size_t)nta * kgroups * 32 + lane) * 8;
+    const uint8_t *sbp = sbase + ((size_t)ntb * kgroups * 32 + lane) * 8;
+    const uint16_t *bbase = DN ? p.act : p.x;
+    const uint16_t *brow[NT];
+#pragma unroll
+    for (int j = 0; j < NT; j++) brow[j] = row[j * 8 + g] < 0 ? nullptr : bbase + row[j * 8 + g] + t * 16;
+    float acca[NT][4], accb[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) acca[j][i] = accb[j][i] = 0.0f;
 
-    for (int item = blockIdx.x; item < items; item += gridDim.x) {
-        const int4 tl = p.tiles[item / p.n_rb];
-        const int rb = item % p.n_rb, e = tl.x, start = tl.y, cnt = tl.z;
-        // Row tiles: gate (and up, inter rows further) or down.
-        const int ntg = rb, ntu = rb + p.n / 32;
-        const uint8_t *wbase = p.w + (size_t)e * mat_w;
-        const uint8_t *sbase = p.s + (size_t)e * mat_s;
-        const uint8_t *wgp = wbase + ((size_t)ntg * ktiles * 32 + lane) * 16;
-        const uint8_t *wup = wbase + ((size_t)ntu * ktiles * 32 + lane) * 16;
-        const uint8_t *sgp = sbase + ((size_t)ntg * kgroups * 32 + lane) * 8;
-        const uint8_t *sup = sbase + ((size_t)ntu * kgroups * 32 + lane) * 8;
-        // This lane's B rows: token column j*8 + g of each fragment.
-        const uint16_t *brow[NT];
+    // Double buffer of one k-group per lane (8 x 16 bytes of codes, 2 x 8 of scales): the
+    // next group's loads are in flight while this one is expanded and multiplied.
+    uint4 ca[4], cb[4], na[4], nb[4];
+    uint2 csa = make_uint2(0, 0), csb = csa, nsa = csa, nsb = csa;
+    if (kg0 < kg1) moe_load_group(wap, wbp, sap, sbp, kg0, ca, cb, csa, csb);
+    for (int kg = kg0; kg < kg1; kg++) {
+        if (kg + 1 < kg1) moe_load_group(wap, wbp, sap, sbp, kg + 1, na, nb, nsa, nsb);
+        moe_group<NT>(ca, cb, csa, csb, brow, DN, kg, acca, accb);
 #pragma unroll
-        for (int j = 0; j < NT; j++) {
-            int col = j * 8 + g;
-            brow[j] = nullptr;
-            if (col < cnt) {
-                int pos = start + col;
-                brow[j] = GU ? p.in + (size_t)(p.sorted[pos] / p.topk) * p.k : p.in + (size_t)pos * p.k;
-                brow[j] += t * 16;
-            }
-        }
-        float accg[NT][4], accu[NT][4];
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) accg[j][i] = accu[j][i] = 0.0f;
+        for (int qq = 0; qq < 4; qq++) ca[qq] = na[qq], cb[qq] = nb[qq];
+        csa = nsa, csb = nsb;
+    }
 
-        uint4 cw[4], cu[4], nw[4], nu[4];
-        uint2 cs = make_uint2(0, 0), csu = make_uint2(0, 0), ns = cs, nsu = cs;
-        if (kg0 < kg1) {
-#pragma unroll
-            for (int qq = 0; qq < 4; qq++) {
-                cw[qq] = ld_stream(wgp + (size_t)(kg0 * 4 + qq) * 512);
-                if (GU) cu[qq] = ld_stream(wup + (size_t)(kg0 * 4 + qq) * 512);
-            }
-            cs = ld_stream2(sgp + (size_t)kg0 * 256);
-            if (GU) csu = ld_stream2(sup + (size_t)kg0 * 256);
-        }
-        for (int kg = kg0; kg < kg1; kg++) {
-            if (kg + 1 < kg1) {
-#pragma unroll
-                for (int qq = 0; qq < 4; qq++) {
-                    nw[qq] = ld_stream(wgp + (size_t)((kg + 1) * 4 + qq) * 512);
-                    if (GU) nu[qq] = ld_stream(wup + (size_t)((kg + 1) * 4 + qq) * 512);
-                }
-                ns = ld_stream2(sgp + (size_t)(kg + 1) * 256);
-                if (GU) nsu = ld_stream2(sup + (size_t)(kg + 1) * 256);
-            }
-#pragma unroll
-            for (int qq = 0; qq < 4; qq++) {
-                uint32_t b[NT][8];
-                const int q = kg * 4 + qq;
-#pragma unroll
-                for (int j = 0; j < NT; j++) {
-                    uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
-                    if (brow[j]) {
-                        lo = __ldg((const uint4 *)(brow[j] + q * 64));
-                        hi = __ldg((const uint4 *)(brow[j] + q * 64 + 8));
-                    }
-                    b[j][0] = lo.x, b[j][1] = lo.y, b[j][2] = lo.z, b[j][3] = lo.w;
-                    b[j][4] = hi.x, b[j][5] = hi.y, b[j][6] = hi.z, b[j][7] = hi.w;
-                }
-                uint32_t sc2 = (qq < 2 ? cs.x : cs.y) >> ((qq & 1) * 16);
-                uint32_t su2 = (qq < 2 ? csu.x : csu.y) >> ((qq & 1) * 16);
-                moe_ktile<NT, GU>(cw[qq], cu[qq], sc2, su2, b, accg, accu);
-            }
-#pragma unroll
-            for (int qq = 0; qq < 4; qq++) {
-                cw[qq] = nw[qq];
-                if (GU) cu[qq] = nu[qq];
-            }
-            cs = ns;
-            csu = nsu;
-        }
-
-        // Split-K reduction: warps 1..3 hand their partial sums to warp 0.
-        if (warp > 0) {
+    // Split-K reduction: parts 1.. of each pair hand their sums to part 0.
+    if (ks > 1) {
+        if (part > 0) {
 #pragma unroll
             for (int j = 0; j < NT; j++)
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
-                    red[warp - 1][0][j][i][lane] = accg[j][i];
-                    if (GU) red[warp - 1][GU ? 1 : 0][j][i][lane] = accu[j][i];
+                    sm.red[warp][0][j][i][lane] = acca[j][i];
+                    sm.red[warp][1][j][i][lane] = accb[j][i];
                 }
         }
         __syncthreads();
-        if (warp == 0) {
-#pragma unroll
-            for (int wv = 0; wv < MOE_WARPS - 1; wv++)
-#pragma unroll
-                for (int j = 0; j < NT; j++)
-#pragma unroll
-                    for (int i = 0; i < 4; i++) {
-                        accg[j][i] += red[wv][0][j][i][lane];
-                        if (GU) accu[j][i] += red[wv][GU ? 1 : 0][j][i][lane];
-                    }
-            if (GU) {
-                const int inter = p.n / 2;
-                const float fg = MOE_ACC_FIX * p.gs[2 * e], fu = MOE_ACC_FIX * p.gs[2 * e + 1];
+        if (part == 0)
+            for (int wv = warp + 1; wv < warp + ks; wv++)
 #pragma unroll
                 for (int j = 0; j < NT; j++)
 #pragma unroll
                     for (int i = 0; i < 4; i++) {
-                        int col = j * 8 + 2 * t + (i & 1), row = rb * 16 + g + (i >> 1) * 8;
-                        if (col < cnt) {
-                            float gv = accg[j][i] * fg, uv = accu[j][i] * fu;
-                            float a = gv / (1.0f + __expf(-gv)) * uv;
-                            p.act[(size_t)(start + col) * inter + row] = f32_to_bf16_rn(a);
-                        }
+                        acca[j][i] += sm.red[wv][0][j][i][lane];
+                        accb[j][i] += sm.red[wv][1][j][i][lane];
                     }
-            } else {
-                const float f = MOE_ACC_FIX * p.gs[e];
-                const int hidden = p.n;
+    }
+    if (part == 0) {
+        if (!DN) {
+            const float fg = MOE_ACC_FIX * p.g13[2 * e], fu = MOE_ACC_FIX * p.g13[2 * e + 1];
 #pragma unroll
-                for (int j = 0; j < NT; j++)
+            for (int j = 0; j < NT; j++)
 #pragma unroll
-                    for (int i = 0; i < 4; i++) {
-                        int col = j * 8 + 2 * t + (i & 1), row = rb * 16 + g + (i >> 1) * 8;
-                        if (col < cnt) {
-                            int slot = p.sorted[start + col];
-                            float rw = p.route_w ? p.route_w[slot] : 1.0f;
-                            atomicAdd(p.out + (size_t)(slot / p.topk) * hidden + row, accg[j][i] * f * rw);
-                        }
+                for (int i = 0; i < 4; i++) {
+                    int col = j * 8 + 2 * t + (i & 1), r = pair * 16 + g + (i >> 1) * 8;
+                    if (col < cnt) {
+                        float gv = acca[j][i] * fg, uv = accb[j][i] * fu;
+                        float a = gv / (1.0f + __expf(-gv)) * uv;
+                        p.act[(size_t)(start + col) * p.inter + r] = f32_to_bf16_rn(a);
                     }
-            }
+                }
+        } else {
+            const float f = MOE_ACC_FIX * p.g2[e];
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    int col = j * 8 + 2 * t + (i & 1), r = 2 * pair * 16 + g + (i >> 1) * 8;
+                    if (col < cnt) {
+                        int slot = p.sorted[start + col];
+                        float rw = (p.route_w ? p.route_w[slot] : 1.0f) * f;
+                        float *o = p.out + (size_t)(slot / p.topk) * p.hidden + r;
+                        atomicAdd(o, acca[j][i] * rw);
+                        atomicAdd(o + 16, accb[j][i] * rw);
+                    }
+                }
+        }
+    }
+    __syncthreads();
+}
+
+__device__ __forceinline__ int ld_acquire(const int *p)
+{
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+// After a __syncthreads: publishes the block's writes (cumulative release at GPU scope).
+__device__ __forceinline__ void add_release(int *p, int v)
+{
+    asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+// Blocks per SM the register cap aims at: 16 warps for one fragment (the stream regime needs
+// many independent loads in flight), fewer as the accumulators grow.
+#define MOE_MIN_BLOCKS(nt) ((nt) == 1 ? 4 : (nt) == 2 ? 3 : 2)
+
+// Persistent, dynamically scheduled: blocks take items in order from one counter:
+//   [zeroing chunks of out] [gate_up items, tile-major] [down items, tile-major].
+// A down item of tile i waits until the gate_up items of tile i and all zeroing are done.
+// Items are taken in order by running blocks, and a block holds at most the item it works on
+// and the next one (always a later one), so everything waited on is held by a running block
+// that does not wait for it: no deadlock whatever the grid size.
+template <int NT>
+__global__ void __launch_bounds__(MOE_THREADS, MOE_MIN_BLOCKS(NT)) moe_ffn_kernel(moe_params p)
+{
+    __shared__ moe_smem_probe<NT> sm;
+    __shared__ int s_item[2];
+    __shared__ long long s_row[8 * NT];
+    griddep_wait();
+    const int n_tiles = *p.n_tiles, ks = p.ks, rp = MOE_WARPS / ks;
+    const int rb_gu = p.inter / 16 / rp, rb_dn = p.hidden / 32 / rp;
+    const int n_z = (int)((p.zero_elems + MOE_ZERO_CHUNK - 1) / MOE_ZERO_CHUNK);
+    const int n_gu = n_tiles * rb_gu, total = n_z + n_gu + n_tiles * rb_dn;
+    if (threadIdx.x == 0) s_item[0] = atomicAdd(p.work, 1);
+    __syncthreads();
+    for (int it = 0;; it ^= 1) {
+        const int item = s_item[it];
+        if (item >= total) break;
+        if (threadIdx.x == 0) s_item[it ^ 1] = atomicAdd(p.work, 1);  // the next, fetched early
+        if (item < n_z) {
+            size_t base = (size_t)item * MOE_ZERO_CHUNK;
+            for (int i = threadIdx.x * 4; i < MOE_ZERO_CHUNK; i += MOE_THREADS * 4)
+                if (base + i < p.zero_elems) *(float4 *)(p.out + base + i) = make_float4(0, 0, 0, 0);
+            __syncthreads();
+            if (threadIdx.x == 0) add_release(p.work + 1, 1);
+            continue;
+        }
+        const bool dn = item >= n_z + n_gu;
+        const int ii = dn ? item - n_z - n_gu : item - n_z, per = dn ? rb_dn : rb_gu;
+        const int ti = ii / per, rb = ii % per;
+        const int4 tl = p.tiles[ti];
+        if (threadIdx.x < 8 * NT) {
+            const int r = threadIdx.x, pos = tl.y + r;
+            s_row[r] = r >= tl.z ? -1
+                       : dn      ? (long long)pos * p.inter
+                                 : (long long)(p.sorted[pos] / p.topk) * p.hidden;
+        }
+        if (dn && threadIdx.x == 0) {
+            while (ld_acquire(p.done + ti) < rb_gu) __nanosleep(64);
+            while (ld_acquire(p.work + 1) < n_z) __nanosleep(64);
         }
         __syncthreads();
+        if (dn) {
+            moe_item<NT, true>(p, sm, s_row, tl.x, tl.y, tl.z, rb, ks);
+        } else {
+            moe_item<NT, false>(p, sm, s_row, tl.x, tl.y, tl.z, rb, ks);
+            if (threadIdx.x == 0) add_release(p.done + ti, 1);
+        }
     }
 }
 
@@ -380,9 +488,27 @@ extern "C" const char *nb_moe_kernel_name(nb_moe_kernel k)
 extern "C" int nb_moe_should_use_stream(double tokens_per_expert, int n, int k, int sm)
 {
     (void)n, (void)k, (void)sm;
-    // A token tile of 8 is one n8 fragment: with <= 8 tokens per expert nothing is reused
-    // across fragments, and streaming with the most parallelism (split K) wins.
-    return tokens_per_expert <= 8.0;
+    // Up to 16 tokens (two n8 fragments) per expert, the weight bytes dominate: stream them
+    // with the most parallelism (K split over 4 warps, all experts' items over all SMs).
+    return tokens_per_expert <= 12.0;
+}
+
+// Warps that split K per row-tile pair: enough gate_up pair-tasks (expected touched experts
+// x inter/16) for ~16 warps on each of 132 SMs without splitting, else split 2 or 4 ways.
+static int moe_k_split(int tokens, int topk, int experts, int inter)
+{
+    const char *env = getenv("NIBBLE_MOE_KSPLIT");  // A/B runs: force 1, 2 or 4
+    if (env && (!strcmp(env, "1") || !strcmp(env, "2") || !strcmp(env, "4"))) return atoi(env);
+    double touched = experts * (1.0 - pow(1.0 - (double)topk / experts, (double)tokens));
+    double tasks = touched * (inter / 16);
+    return tasks >= 132 * 16 ? 1 : tasks >= 132 * 8 ? 2 : 4;
+}
+
+// Token fragments per warp: 1 in the stream kernel up to 4 tokens per expert, else 2.
+static int moe_nt(nb_moe_kernel k, double tokens_per_expert)
+{
+    if (k == NB_MOE_KERNEL_MMA) return NB_MOE_NT_MMA;
+    return tokens_per_expert <= 4.0 ? 1 : 2;
 }
 
 extern "C" nb_moe_kernel nb_moe_pick_kernel(int tokens, int topk, int experts, int hidden, int inter, int sm)
@@ -397,7 +523,7 @@ extern "C" nb_moe_kernel nb_moe_pick_kernel(int tokens, int topk, int experts, i
     } else {
         double tpe = (double)tokens * topk / (experts > 0 ? experts : 1);
         if (nb_moe_should_use_stream(tpe, inter, hidden, sm))
-            k = NB_MOE_KERNEL_STREAM, why = "should_use_stream (<= 8 tokens per expert)";
+            k = NB_MOE_KERNEL_STREAM, why = "should_use_stream (<= 12 tokens per expert)";
         else
             k = NB_MOE_KERNEL_MMA, why = "default";
     }
@@ -417,8 +543,8 @@ static int moe_sm_count(void)
     return sms;
 }
 
-template <int NT, bool GU>
-static nb_status moe_launch_gemm(const moe_gemm_params &p, cudaStream_t st)
+template <int NT>
+static nb_status moe_launch_ffn(const moe_params &p, cudaStream_t st)
 {
     static int per_sm = 0, optin = 0;
     if (!optin) {
@@ -426,32 +552,27 @@ static nb_status moe_launch_gemm(const moe_gemm_params &p, cudaStream_t st)
         NB_CUDA_TRY(cudaGetDevice(&dev));
         NB_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     }
-    size_t smem = nb_moe_smem_bytes(NT, GU);
-    if (smem != sizeof(((moe_smem_probe<NT, GU> *)0)->red) || smem > (size_t)optin)
-        return nb_error(NB_ERR_UNSUPPORTED, "moe: %s kernel with %d token fragments needs %zu bytes of shared memory, "
-                        "the device allows %d per block", GU ? "gate_up" : "down", NT, smem, optin);
+    const size_t smem = nb_moe_smem_bytes(NT, 1);
+    if (smem != sizeof(moe_smem_probe<NT>) || smem > (size_t)optin)
+        return nb_error(NB_ERR_UNSUPPORTED,
+                        "moe: FFN kernel with %d token fragments needs %zu bytes of shared memory, the device allows "
+                        "%d per block",
+                        NT, smem, optin);
     if (!per_sm) {
-        NB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_gemm_kernel<NT, GU>, MOE_THREADS, 0));
-        if (per_sm < 1) return nb_error(NB_ERR_CUDA, "moe: gemm kernel<%d,%d> cannot be resident", NT, (int)GU);
+        NB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_ffn_kernel<NT>, MOE_THREADS, 0));
+        if (per_sm < 1) return nb_error(NB_ERR_CUDA, "moe: FFN kernel<%d> cannot be resident", NT);
     }
-    moe_gemm_kernel<NT, GU><<<moe_sm_count() * per_sm, MOE_THREADS, 0, st>>>(p);
-    NB_CUDA_TRY(cudaGetLastError());
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)(moe_sm_count() * per_sm));
+    cfg.blockDim = dim3(MOE_THREADS);
+    cfg.stream = st;
+    cudaLaunchAttribute at[1] = {};
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, moe_ffn_kernel<NT>, p));
     return NB_OK;
-}
-
-template <int NT>
-static nb_status moe_run(const nb_moe_weights_dev *w, const nb_moe_desc *d, int topk, const moe_ws &ws,
-                         cudaStream_t st)
-{
-    moe_gemm_params p;
-    memset(&p, 0, sizeof p);
-    p.sorted = ws.sorted, p.tiles = ws.tiles, p.n_tiles = ws.n_tiles, p.topk = topk;
-    p.w = w->w13, p.s = w->s13, p.gs = w->g13, p.n = 2 * w->inter, p.k = w->hidden;
-    p.in = d->x, p.act = ws.act, p.n_rb = w->inter / 16;
-    NB_TRY((moe_launch_gemm<NT, true>(p, st)));
-    p.w = w->w2, p.s = w->s2, p.gs = w->g2, p.n = w->hidden, p.k = w->inter;
-    p.in = ws.act, p.route_w = d->weights, p.out = d->out, p.n_rb = w->hidden / 16;
-    return moe_launch_gemm<NT, false>(p, st);
 }
 
 static nb_status moe_check(const nb_moe_weights_dev *w, const nb_moe_desc *d, int topk)
@@ -480,19 +601,28 @@ static nb_status moe_check(const nb_moe_weights_dev *w, const nb_moe_desc *d, in
 static nb_status moe_forward_impl(const nb_moe_weights_dev *w, const nb_moe_desc *d, int topk, cudaStream_t st)
 {
     NB_TRY(moe_check(w, d, topk));
-    if (!d->accumulate && d->tokens)
-        NB_CUDA_TRY(cudaMemsetAsync(d->out, 0, sizeof(float) * (size_t)d->tokens * w->hidden, st));
     if (!d->tokens) return NB_OK;
     moe_ws ws;
     moe_ws_layout(w->experts, w->inter, d->tokens * topk, (char *)d->workspace, &ws);
     nb_moe_kernel k = d->kernel != NB_MOE_KERNEL_AUTO
                           ? d->kernel
                           : nb_moe_pick_kernel(d->tokens, topk, w->experts, w->hidden, w->inter, 90);
-    const int tile = 8 * (k == NB_MOE_KERNEL_STREAM ? NB_MOE_NT_STREAM : NB_MOE_NT_MMA);
-    moe_route_kernel<<<1, 1024, 0, st>>>(d->ids, d->tokens * topk, w->experts, tile, ws);
+    const int nt = moe_nt(k, (double)d->tokens * topk / w->experts);
+    moe_route_kernel<<<1, 1024, 0, st>>>(d->ids, d->tokens * topk, w->experts, 8 * nt, ws);
     NB_CUDA_TRY(cudaGetLastError());
-    if (k == NB_MOE_KERNEL_STREAM) return moe_run<NB_MOE_NT_STREAM>(w, d, topk, ws, st);
-    return moe_run<NB_MOE_NT_MMA>(w, d, topk, ws, st);
+    moe_params p;
+    memset(&p, 0, sizeof p);
+    p.w13 = w->w13, p.s13 = w->s13, p.w2 = w->w2, p.s2 = w->s2, p.g13 = w->g13, p.g2 = w->g2;
+    p.hidden = w->hidden, p.inter = w->inter, p.topk = topk;
+    p.x = d->x, p.act = ws.act, p.sorted = ws.sorted, p.tiles = ws.tiles, p.n_tiles = ws.n_tiles;
+    p.route_w = d->weights, p.out = d->out, p.work = ws.work, p.done = ws.done;
+    p.zero_elems = d->accumulate ? 0 : (size_t)d->tokens * w->hidden;
+    p.ks = moe_k_split(d->tokens, topk, w->experts, w->inter);
+    switch (nt) {
+    case 1: return moe_launch_ffn<1>(p, st);
+    case 2: return moe_launch_ffn<2>(p, st);
+    default: return moe_launch_ffn<NB_MOE_NT_MMA>(p, st);
+    }
 }
 
 extern "C" nb_status nb_moe_forward(const nb_moe_weights_dev *w, const nb_moe_desc *d, void *stream)
