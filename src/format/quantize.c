@@ -80,7 +80,10 @@ static nb_status nb_q_amax(const nb_st_tensor *t, float *buf, int64_t chunk_rows
 }
 
 typedef struct nb_q_job {
-    const nb_st_tensor *src;
+    const nb_st_tensor *src; /* the checkpoint's tensor, or &view */
+    nb_st_tensor view;      /* one expert's 2-D slice of a fused [E, n, k] tensor */
+    char vname[600];        /* the view's per-expert name (ModelOpt layout) */
+    int is_view;
     char module[512];   /* name without ".weight" */
     int quant;
     int partner;        /* gate <-> up of one MLP, both quantized; -1 otherwise */
@@ -88,9 +91,49 @@ typedef struct nb_q_job {
     int shard;
 } nb_q_job;
 
+static const char *nb_q_job_name(const nb_q_job *j) { return j->is_view ? j->vname : j->src->name; }
+
 static int nb_q_job_cmp(const void *a, const void *b)
 {
-    return strcmp(((const nb_q_job *)a)->src->name, ((const nb_q_job *)b)->src->name);
+    return strcmp(nb_q_job_name(a), nb_q_job_name(b));
+}
+
+static int nb_q_ends(const char *s, const char *suf)
+{
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+/* Fused expert tensors as transformers 5 holds them in memory (save_original_format=False):
+ * mlp.experts.gate_up_proj [E, 2I, H] (rows 0..I-1 gate, I..2I-1 up) and
+ * mlp.experts.down_proj [E, H, I]. They are written per expert, as ModelOpt does.
+ * Returns how many per-expert 2-D views `t` becomes (0: not a fused tensor). */
+static int64_t nb_q_fused_views(const nb_st_tensor *t)
+{
+    if (t->ndim != 3 || (t->dtype != NB_DTYPE_BF16 && t->dtype != NB_DTYPE_F16 && t->dtype != NB_DTYPE_F32)) return 0;
+    if (nb_q_ends(t->name, ".mlp.experts.gate_up_proj") && t->shape[1] % 2 == 0) return 2 * t->shape[0];
+    if (nb_q_ends(t->name, ".mlp.experts.down_proj")) return t->shape[0];
+    return 0;
+}
+
+/* The v-th view of a fused tensor into job j. */
+static void nb_q_fused_view(nb_q_job *j, const nb_st_tensor *t, int64_t v)
+{
+    const int gate_up = nb_q_ends(t->name, ".gate_up_proj");
+    const int64_t e = gate_up ? v / 2 : v, rows = gate_up ? t->shape[1] / 2 : t->shape[1];
+    const int64_t row0 = gate_up ? (v % 2) * rows : 0, k = t->shape[2];
+    const size_t es = nb_dtype_size(t->dtype);
+    const size_t pl = strlen(t->name) - strlen(gate_up ? "gate_up_proj" : "down_proj");
+    snprintf(j->vname, sizeof j->vname, "%.*s%lld.%s.weight", (int)pl, t->name, (long long)e,
+             gate_up ? (v % 2 ? "up_proj" : "gate_proj") : "down_proj");
+    j->is_view = 1;
+    j->view = *t;
+    j->view.ndim = 2;
+    j->view.shape[0] = rows;
+    j->view.shape[1] = k;
+    j->view.shape[2] = 0;
+    j->view.data = (const uint8_t *)t->data + (size_t)((e * t->shape[1] + row0) * k) * es;
+    j->view.nbytes = (size_t)(rows * k) * es;
 }
 
 /* Whether a tensor is a candidate, by role and the user's choices. */
@@ -119,7 +162,7 @@ static nb_status nb_q_exclude_list(const nb_q_job *jobs, int n, cJSON *arr)
     int n_seen = 0;
     for (int i = 0; i < n; i++) {
         const nb_q_job *j = &jobs[i];
-        nb_tensor_info ti = nb_tensor_info_of(j->src->name);
+        nb_tensor_info ti = nb_tensor_info_of(nb_q_job_name(j));
         if (j->quant || !ti.is_weight || !nb_tensor_role_is_linear(ti.role)) continue;
         /* generalize: digits after "layers." and "experts." become '*' */
         char g[600];
@@ -349,8 +392,18 @@ nb_status nb_quantize_checkpoint(const char *in_dir, const char *out_dir, const 
     }
     if ((s = nb_mkdirs(out_dir))) goto done;
 
-    /* plan: every tensor, in name order, quantized or copied */
-    c.n = nb_checkpoint_count(ck);
+    /* plan: every tensor (fused expert tensors as per-expert views), in name order */
+    const int n_in = nb_checkpoint_count(ck);
+    int64_t n_jobs = 0;
+    for (int i = 0; i < n_in; i++) {
+        int64_t v = nb_q_fused_views(nb_checkpoint_at(ck, i));
+        n_jobs += v ? v : 1;
+    }
+    if (n_jobs > (1 << 30)) {
+        s = nb_error(NB_ERR_UNSUPPORTED, "%s: %lld tensors after splitting fused experts", in_dir, (long long)n_jobs);
+        goto done;
+    }
+    c.n = (int)n_jobs;
     c.jobs = calloc((size_t)c.n + 1, sizeof *c.jobs);
     c.fbuf = malloc(sizeof(float) * (size_t)NB_Q_CHUNK_FLOATS * 2);
     c.pbuf = malloc((size_t)NB_Q_CHUNK_FLOATS);
@@ -359,13 +412,28 @@ nb_status nb_quantize_checkpoint(const char *in_dir, const char *out_dir, const 
         goto done;
     }
     uint64_t total_in = 0;
-    for (int i = 0; i < c.n; i++) {
-        nb_q_job *j = &c.jobs[i];
-        j->src = nb_checkpoint_at(ck, i);
-        j->partner = -1;
-        total_in += j->src->nbytes;
+    for (int i = 0, o = 0; i < n_in; i++) {
+        const nb_st_tensor *t = nb_checkpoint_at(ck, i);
+        int64_t nv = nb_q_fused_views(t);
+        total_in += t->nbytes;
+        if (!nv) {
+            c.jobs[o].src = t;
+            c.jobs[o++].partner = -1;
+            continue;
+        }
+        NB_LOG_INFO("format", "%s: fused [%lld, %lld, %lld] experts written per expert", t->name, (long long)t->shape[0],
+                    (long long)t->shape[1], (long long)t->shape[2]);
+        for (int64_t v = 0; v < nv; v++) {
+            nb_q_fused_view(&c.jobs[o], t, v);
+            c.jobs[o++].partner = -1;
+        }
     }
     qsort(c.jobs, (size_t)c.n, sizeof *c.jobs, nb_q_job_cmp);
+    for (int i = 0; i < c.n; i++) { /* views moved with the sort: point them at themselves */
+        if (!c.jobs[i].is_view) continue;
+        c.jobs[i].view.name = c.jobs[i].vname;
+        c.jobs[i].src = &c.jobs[i].view;
+    }
     int n_quant = 0;
     for (int i = 0; i < c.n; i++) {
         nb_q_job *j = &c.jobs[i];
@@ -374,8 +442,7 @@ nb_status nb_quantize_checkpoint(const char *in_dir, const char *out_dir, const 
         size_t l = strlen(t->name);
         snprintf(j->module, sizeof j->module, "%.*s", (int)(ti.is_weight ? l - 7 : l), t->name);
         if (ti.role == NB_ROLE_EXPERT && t->ndim == 3)
-            NB_LOG_WARN("format", "%s: fused [experts, n, k] tensor left unquantized (per-expert 2-D weights expected)",
-                        t->name);
+            NB_LOG_WARN("format", "%s: 3-D expert tensor of an unknown layout left unquantized", t->name);
         if (!nb_q_wanted(t, &ti, p, &user)) continue;
         if (t->shape[1] % NB_NVFP4_GROUP || t->shape[1] > NB_Q_CHUNK_FLOATS) {
             NB_LOG_WARN("format", "%s: K = %lld is not a multiple of 16 (or too large): left unquantized", t->name,
@@ -418,7 +485,7 @@ nb_status nb_quantize_checkpoint(const char *in_dir, const char *out_dir, const 
         in_shard += b;
         total_out += b;
     }
-    NB_LOG_INFO("format", "quantize %s -> %s: %d of %d tensors to NVFP4, %d shard(s)", in_dir, out_dir, n_quant, c.n,
+    NB_LOG_INFO("format", "quantize %s -> %s: %d of %d weights to NVFP4, %d shard(s)", in_dir, out_dir, n_quant, c.n,
                 n_shards);
     if (p->progress) nb_progress_begin(&c.prog, "quantize", total_in, "B");
     index = cJSON_CreateObject();

@@ -10,9 +10,11 @@
  *                  (its scores drive a top-k; GLM-5's reference keeps weights_proj in high
  *                  precision), MTP-only projections (eh_proj, ...), anything matching an
  *                  `exclude` glob (module name, i.e. the tensor name without ".weight")
- * A linear weight whose K is not a multiple of 16 stays unquantized (logged), and so do
- * fused 3-D expert tensors (mlp.experts.gate_up_proj [E, 2I, H]; logged): checkpoints on
- * disk hold per-expert 2-D weights.
+ * A linear weight whose K is not a multiple of 16 stays unquantized (logged).
+ * Fused expert tensors (transformers 5's in-memory layout, save_original_format=False:
+ * mlp.experts.gate_up_proj [E, 2I, H], gate rows first, and mlp.experts.down_proj [E, H, I])
+ * are written per expert (mlp.experts.E.{gate,up,down}_proj), as ModelOpt exports them;
+ * the output of a fused and an unfused copy of one model is identical.
  * Gate and up of one MLP share one weight_scale_2 (max of their amax) when share_gate_up,
  * so a fused gate/up GEMM can use one global scale. No input_scale is written: this is
  * weight-only quantization without activation calibration.

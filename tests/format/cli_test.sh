@@ -8,12 +8,12 @@ tmp=$(mktemp -d /tmp/nb_cli_XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 ran=0
-for fam in glm_moe_dsa deepseek_v3 glm4_moe qwen3_moe; do
+for fam in glm_moe_dsa deepseek_v3 glm4_moe qwen3_moe qwen3_moe_fused; do
   dir=tests/fixtures/$fam
   [ -f "$dir/model.safetensors" ] || continue
   ran=1
   out=$("$bin" inspect "$dir")
-  grep -q "^architecture   $fam$" <<<"$out" || fail "$fam: architecture line"
+  grep -q "^architecture   ${fam%_fused}$" <<<"$out" || fail "$fam: architecture line"
   grep -q "^--tp N" <<<"$out" && grep -q "^--ep N" <<<"$out" || fail "$fam: TP/EP table"
   params=$(sed -n 's/^parameters .*(\([0-9]*\)).*/\1/p' <<<"$out")
   [ -n "$params" ] || fail "$fam: parameter count"

@@ -376,6 +376,24 @@ static void test_footprint(void)
     nb_model_config_free(&c);
 }
 
+/* Two checkpoints hold the same tensors (names, dtypes, shapes, bytes). */
+static int same_checkpoint(const char *a_dir, const char *b_dir)
+{
+    nb_checkpoint *a = NULL, *b = NULL;
+    NB_CHECK_OK(nb_checkpoint_open(a_dir, &a));
+    NB_CHECK_OK(nb_checkpoint_open(b_dir, &b));
+    int diff = !a || !b || nb_checkpoint_count(a) != nb_checkpoint_count(b);
+    for (int i = 0; !diff && i < nb_checkpoint_count(a); i++) {
+        const nb_st_tensor *x = nb_checkpoint_at(a, i), *y = nb_checkpoint_find(b, x->name);
+        diff = !y || y->dtype != x->dtype || y->ndim != x->ndim || y->nbytes != x->nbytes ||
+               memcmp(y->shape, x->shape, sizeof x->shape) || memcmp(y->data, x->data, x->nbytes);
+        if (diff) fprintf(stderr, "  %s: differs between %s and %s\n", x->name, a_dir, b_dir);
+    }
+    nb_checkpoint_close(a);
+    nb_checkpoint_close(b);
+    return !diff;
+}
+
 /* inspect and quantize on the fixture checkpoints, when present */
 static void test_fixtures_quantize(void)
 {
@@ -414,6 +432,27 @@ static void test_fixtures_quantize(void)
         nb_checkpoint_close(b);
         nb_model_config_free(&ci);
         nb_model_config_free(&co);
+    }
+    /* fused experts ([E, 2I, H] gate_up_proj, [E, H, I] down_proj) come out per expert,
+     * identical to the quantized unfused copy of the same weights */
+    char fused_in[] = "tests/fixtures/qwen3_moe_fused", path[700], out[600], out2[600];
+    if (nb_path_exists(nb_path_join(path, sizeof path, fused_in, "model.safetensors")) &&
+        nb_path_exists("tests/fixtures/qwen3_moe/model.safetensors")) {
+        nb_quantize_params p = nb_quantize_default_params();
+        p.progress = 0;
+        snprintf(out, sizeof out, "%s/fused", tmp);
+        snprintf(out2, sizeof out2, "%s/unfused", tmp);
+        NB_CHECK_OK(nb_quantize_checkpoint(fused_in, out, &p));
+        NB_CHECK_OK(nb_quantize_checkpoint("tests/fixtures/qwen3_moe", out2, &p));
+        NB_CHECK(same_checkpoint(out, out2));
+        nb_checkpoint *ck;
+        NB_CHECK_OK(nb_checkpoint_open(out, &ck));
+        if (ck) {
+            const nb_st_tensor *t = nb_checkpoint_find(ck, "model.layers.0.mlp.experts.7.up_proj.weight");
+            NB_CHECK(t && t->dtype == NB_DTYPE_U8);
+            NB_CHECK(nb_checkpoint_find(ck, "model.layers.0.mlp.experts.gate_up_proj") == NULL);
+            nb_checkpoint_close(ck);
+        }
     }
     rm_rf(tmp);
     if (!seen) nb_test_skip("no tests/fixtures/*/model.safetensors");
