@@ -350,6 +350,7 @@ void nb_bpe_free(nb_bpe *m)
     free(m->end_suffix);
     if (m->cache) {
         for (size_t i = 0; i < NB_BPE_CACHE_SLOTS; i++) {
+            if (!m->cache[i].key) continue;
             free(m->cache[i].key);
             free(m->cache[i].ids);
         }
