@@ -22,7 +22,7 @@ VALID_H = {"messages": [{"role": "system", "content": "s"}, {"role": "user", "co
            "stream_options": {"include_usage": True}, "chat_template_kwargs": {"enable_thinking": False},
            "tools": [{"type": "function", "function": {"name": "f"}}]}
 
-WEIRD = [None, True, False, 0, -1, 1.5, 1e308, -1e308, 2 ** 64, -(2 ** 63), "", "x" * 5000, "\u0000", [], {},
+WEIRD = [None, True, False, 0, -1, 1.5, 1e308, -1e308, 2 ** 64, -(2 ** 63), "", "x" * 2000, "\u0000", [], {},
          [1, 2], {"a": 1}, [[[]]], "\ud7ff\ue000", 12345678901234567890]
 
 
@@ -107,7 +107,7 @@ def main():
         for i, body in enumerate(bodies):
             path = "/v1/chat/completions" if (b"messages" in body) ^ (i % 7 == 0) else "/v1/completions"
             try:
-                st, hdr, resp = srvlib.http("POST", s.base + path, body, timeout=60)
+                st, hdr, resp = srvlib.http("POST", s.base + path, body, timeout=120)
             except Exception as e:  # noqa: BLE001
                 FAILS.append(f"case {i}: no response: {e}")
                 continue
