@@ -1,9 +1,11 @@
 /* Loading a tokenizer: tokenizer.json (model, added tokens, normalizer, pre-tokenizer,
  * post-processor, decoder) and the model folder's tokenizer_config.json,
- * chat_template.jinja and generation_config.json. Every malformed field is an
+ * chat_template.jinja, additional_chat_templates/NAME.jinja and generation_config.json.
+ * Every malformed field is an
  * NB_ERR_FORMAT naming the file and the JSON path; a component nibble does not implement
  * is NB_ERR_UNSUPPORTED naming its type.
  * Exercised by tests/tokenizer/test_tokenizer.c (load_*, malformed_*) and test_vs_hf.py. */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -674,6 +676,26 @@ nb_status nb_tok_load_configs(nb_tokenizer *t, const char *dir)
         NB_TRY(nb_read_file(path, &src, &n, 0));
         nb_status st = nb_add_template(t, "default", src);
         free(src);
+        NB_TRY(st);
+    }
+    /* newer transformers: additional_chat_templates/NAME.jinja holds named templates */
+    DIR *dd = opendir(nb_path_join(path, sizeof path, dir, "additional_chat_templates"));
+    if (dd) {
+        struct dirent *e;
+        nb_status st = NB_OK;
+        while (st == NB_OK && (e = readdir(dd))) {
+            size_t n = strlen(e->d_name);
+            if (n <= 6 || strcmp(e->d_name + n - 6, ".jinja")) continue;
+            char file[4096], name[256];
+            char *src;
+            size_t len;
+            snprintf(name, sizeof name, "%.*s", (int)(n - 6), e->d_name);
+            snprintf(file, sizeof file, "%s/additional_chat_templates/%s", dir, e->d_name);
+            if ((st = nb_read_file(file, &src, &len, 0)) != NB_OK) break;
+            st = nb_add_template(t, name, src);
+            free(src);
+        }
+        closedir(dd);
         NB_TRY(st);
     }
     if (nb_path_exists(nb_path_join(path, sizeof path, dir, "generation_config.json")))

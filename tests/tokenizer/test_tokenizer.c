@@ -382,12 +382,19 @@ static void test_load_dir(void)
     }
     /* chat_template.jinja overrides the default template */
     NB_CHECK_OK(nb_write_file(nb_path_join(p, sizeof p, dir, "chat_template.jinja"), "J{{x}}", 6));
+    /* additional_chat_templates/NAME.jinja adds named templates */
+    char sub[300];
+    NB_CHECK_OK(nb_mkdirs(nb_path_join(sub, sizeof sub, dir, "additional_chat_templates")));
+    NB_CHECK_OK(nb_write_file(nb_path_join(p, sizeof p, sub, "rag.jinja"), "R", 1));
     NB_CHECK_OK(nb_tokenizer_load(dir, &t));
     if (t) {
         NB_CHECK(!strcmp(nb_tokenizer_chat_template(t, "default"), "J{{x}}"));
-        NB_CHECK(nb_tokenizer_chat_template_count(t) == 2);
+        NB_CHECK(!strcmp(nb_tokenizer_chat_template(t, "rag"), "R"));
+        NB_CHECK(nb_tokenizer_chat_template_count(t) == 3);
         nb_tokenizer_free(t);
     }
+    unlink(nb_path_join(p, sizeof p, sub, "rag.jinja"));
+    rmdir(sub);
     const char *names[] = {"tokenizer.json", "tokenizer_config.json", "generation_config.json", "chat_template.jinja"};
     for (size_t i = 0; i < 4; i++) unlink(nb_path_join(p, sizeof p, dir, names[i]));
     rmdir(dir);
