@@ -1,9 +1,8 @@
 /* Loading a tokenizer: tokenizer.json (model, added tokens, normalizer, pre-tokenizer,
  * post-processor, decoder) and the model folder's tokenizer_config.json,
  * chat_template.jinja, additional_chat_templates/NAME.jinja and generation_config.json.
- * Every malformed field is an
- * NB_ERR_FORMAT naming the file and the JSON path; a component nibble does not implement
- * is NB_ERR_UNSUPPORTED naming its type.
+ * Every malformed field is an NB_ERR_FORMAT naming the file and the JSON path; a
+ * component nibble does not implement is NB_ERR_UNSUPPORTED naming its type.
  * Exercised by tests/tokenizer/test_tokenizer.c (load_*, malformed_*) and test_vs_hf.py. */
 #include <dirent.h>
 #include <stdio.h>
