@@ -125,7 +125,11 @@ nb_status nb_regex_find(const nb_regex *re, nb_tok_scratch *sc, const char *s, s
         if (rc < 0) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(rc, msg, sizeof msg);
-            return nb_error(NB_ERR_INTERNAL, "tokenizer: regex match failed: %s", (const char *)msg);
+            /* resource limits are the input's doing (pathological text for the pattern) */
+            int limit = rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT || rc == PCRE2_ERROR_HEAPLIMIT ||
+                        rc == PCRE2_ERROR_JIT_STACKLIMIT;
+            return nb_error(limit ? NB_ERR_INVALID_ARG : NB_ERR_INTERNAL, "tokenizer: regex match failed at byte %zu: %s",
+                            last_end, (const char *)msg);
         }
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(sc->md);
         size_t a = ov[0], b = ov[1];
