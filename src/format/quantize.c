@@ -386,11 +386,13 @@ nb_status nb_quantize_checkpoint(const char *in_dir, const char *out_dir, const 
     }
     if ((s = nb_checkpoint_open(in_dir, &ck))) goto done;
     c.ck = ck;
-    if (!strcmp(in_dir, out_dir)) {
-        s = nb_error(NB_ERR_INVALID_ARG, "quantize: the output folder must differ from the input (%s)", in_dir);
+    if ((s = nb_mkdirs(out_dir))) goto done;
+    char rin[4096], rout[4096];
+    if (!realpath(in_dir, rin) || !realpath(out_dir, rout) || !strcmp(rin, rout)) {
+        s = nb_error(NB_ERR_INVALID_ARG, "quantize: the output folder %s must be another folder than the input %s", out_dir,
+                     in_dir);
         goto done;
     }
-    if ((s = nb_mkdirs(out_dir))) goto done;
 
     /* plan: every tensor (fused expert tensors as per-expert views), in name order */
     const int n_in = nb_checkpoint_count(ck);

@@ -319,6 +319,10 @@ static void test_quantize_tiny(void)
     char again[600];
     snprintf(again, sizeof again, "%s/again", in);
     NB_CHECK_STATUS(nb_quantize_checkpoint(out, again, &p), NB_ERR_UNSUPPORTED);
+    /* the same folder under another spelling is refused */
+    char same[700];
+    snprintf(same, sizeof same, "%s/../bf16/.", src);
+    NB_CHECK_STATUS(nb_quantize_checkpoint(src, same, &p), NB_ERR_INVALID_ARG);
 
     /* --all-linear, an --exclude glob, no gate/up sharing, and tiny shards */
     const char *ex[] = {"model.layers.1.mlp.experts.3.*", "model.layers.0.self_attn.o_proj"};
