@@ -6,7 +6,8 @@
  * `tokenizers` package), `nibble tokenize` / `nibble detokenize`. Details: docs/tokenizer.md.
  *
  * A loaded tokenizer is immutable apart from an internal word cache that is guarded by a
- * lock: encode/decode may be called from several threads at once. */
+ * lock: encode/decode may be called from several threads at once (each thread keeps a
+ * small scratch area, freed when the thread exits). */
 #ifndef NB_TOKENIZER_TOKENIZER_H
 #define NB_TOKENIZER_TOKENIZER_H
 
@@ -20,7 +21,8 @@ typedef struct nb_tokenizer nb_tokenizer;
 /* Load a model folder: tokenizer.json (required), tokenizer_config.json (optional:
  * bos/eos/pad tokens, add_bos_token, chat_template as a string or a list of named
  * templates), chat_template.jinja (optional; overrides the "default" template of
- * tokenizer_config.json) and generation_config.json (optional: eos_token_id int or list).
+ * tokenizer_config.json), additional_chat_templates/NAME.jinja (optional, named templates)
+ * and generation_config.json (optional: eos_token_id int or list).
  * A malformed file is NB_ERR_FORMAT with a message naming the file and the field; an
  * unsupported model/normalizer/pre-tokenizer/decoder type is NB_ERR_UNSUPPORTED. */
 nb_status nb_tokenizer_load(const char *dir, nb_tokenizer **out);
