@@ -203,7 +203,7 @@ struct moe_params {
     float *out;                          // [T, hidden]
     size_t zero_elems;                   // floats of out to zero first (0: accumulate)
     int *work, *done;
-    int ks;                              // warps splitting K per row-tile pair: 1, 2 or 4
+    int ks_gu, ks_dn;                    // warps splitting K per row-tile pair: 1, 2 or 4
 };
 
 // Floats of `out` one zeroing item clears (8 float4 per thread).
@@ -431,8 +431,8 @@ __global__ void __launch_bounds__(MOE_THREADS, MOE_MIN_BLOCKS(NT)) moe_ffn_kerne
     __shared__ int s_item[2];
     __shared__ long long s_row[8 * NT];
     griddep_wait();
-    const int n_tiles = *p.n_tiles, ks = p.ks, rp = MOE_WARPS / ks;
-    const int rb_gu = p.inter / 16 / rp, rb_dn = p.hidden / 32 / rp;
+    const int n_tiles = *p.n_tiles;
+    const int rb_gu = p.inter / 16 / (MOE_WARPS / p.ks_gu), rb_dn = p.hidden / 32 / (MOE_WARPS / p.ks_dn);
     const int n_z = (int)((p.zero_elems + MOE_ZERO_CHUNK - 1) / MOE_ZERO_CHUNK);
     const int n_gu = n_tiles * rb_gu, total = n_z + n_gu + n_tiles * rb_dn;
     if (threadIdx.x == 0) s_item[0] = atomicAdd(p.work, 1);
@@ -465,9 +465,9 @@ __global__ void __launch_bounds__(MOE_THREADS, MOE_MIN_BLOCKS(NT)) moe_ffn_kerne
         }
         __syncthreads();
         if (dn) {
-            moe_item<NT, true>(p, sm, s_row, tl.x, tl.y, tl.z, rb, ks);
+            moe_item<NT, true>(p, sm, s_row, tl.x, tl.y, tl.z, rb, p.ks_dn);
         } else {
-            moe_item<NT, false>(p, sm, s_row, tl.x, tl.y, tl.z, rb, ks);
+            moe_item<NT, false>(p, sm, s_row, tl.x, tl.y, tl.z, rb, p.ks_gu);
             if (threadIdx.x == 0) add_release(p.done + ti, 1);
         }
     }
@@ -493,14 +493,15 @@ extern "C" int nb_moe_should_use_stream(double tokens_per_expert, int n, int k, 
     return tokens_per_expert <= 12.0;
 }
 
-// Warps that split K per row-tile pair: enough gate_up pair-tasks (expected touched experts
-// x inter/16) for ~16 warps on each of 132 SMs without splitting, else split 2 or 4 ways.
-static int moe_k_split(int tokens, int topk, int experts, int inter)
+// Warps that split K per row-tile pair of a phase with `pairs` pairs per expert (gate_up:
+// inter/16, down: hidden/32): enough pair-tasks over the expected touched experts for ~16
+// warps on each of 132 SMs without splitting, else split 2 or 4 ways.
+static int moe_k_split(int tokens, int topk, int experts, int pairs)
 {
     const char *env = getenv("NIBBLE_MOE_KSPLIT");  // A/B runs: force 1, 2 or 4
     if (env && (!strcmp(env, "1") || !strcmp(env, "2") || !strcmp(env, "4"))) return atoi(env);
     double touched = experts * (1.0 - pow(1.0 - (double)topk / experts, (double)tokens));
-    double tasks = touched * (inter / 16);
+    double tasks = touched * pairs;
     return tasks >= 132 * 16 ? 1 : tasks >= 132 * 8 ? 2 : 4;
 }
 
@@ -617,7 +618,8 @@ static nb_status moe_forward_impl(const nb_moe_weights_dev *w, const nb_moe_desc
     p.x = d->x, p.act = ws.act, p.sorted = ws.sorted, p.tiles = ws.tiles, p.n_tiles = ws.n_tiles;
     p.route_w = d->weights, p.out = d->out, p.work = ws.work, p.done = ws.done;
     p.zero_elems = d->accumulate ? 0 : (size_t)d->tokens * w->hidden;
-    p.ks = moe_k_split(d->tokens, topk, w->experts, w->inter);
+    p.ks_gu = moe_k_split(d->tokens, topk, w->experts, w->inter / 16);
+    p.ks_dn = moe_k_split(d->tokens, topk, w->experts, w->hidden / 32);
     switch (nt) {
     case 1: return moe_launch_ffn<1>(p, st);
     case 2: return moe_launch_ffn<2>(p, st);
