@@ -2,11 +2,12 @@
  * the value model (Python-like values living in a per-render arena), the syntax tree the
  * parser builds, the render context, and the entry points each file provides.
  *   tpl_lex.c      source -> tokens (trim_blocks / lstrip_blocks / {%- -%} applied here)
- *   tpl_parse.c    tokens -> tree
+ *   tpl_parse.c    tokens -> tree (statements; expressions in tpl_parse_expr.c)
  *   tpl_value.c    arena, values, Python str()/repr(), equality, ordering, UTF-8 helpers
  *   tpl_json.c     transformers' tojson (json.dumps) and cJSON -> values
- *   tpl_eval.c     expressions and statements
- *   tpl_filters.c  filters and tests;  tpl_methods.c  str/dict/list methods and globals
+ *   tpl_eval.c     expressions;  tpl_exec.c  statements, macros, scopes
+ *   tpl_filters.c  filters and tests;  tpl_methods.c  dict/list methods, globals, arguments
+ *   tpl_strings.c  str methods and % formatting
  *   template.c     the public API (template.h)
  * Exercised by tests/template/. */
 #ifndef NB_TOKENIZER_TEMPLATE_TPL_INTERNAL_H
@@ -234,12 +235,21 @@ nb_status tpl_oom(tpl_ctx *c, int line);
 /* Error for using an undefined value (names it as jinja2 does). */
 nb_status tpl_undef_error(tpl_ctx *c, int line, tv v);
 
+/* An Undefined whose use fails with this message (fmt has two %s: a, b or ""). */
+tv tpl_undef_msg(tpl_ctx *c, const char *fmt, const char *a, const char *b);
+/* Evaluate a call node's positional and keyword argument expressions. */
+nb_status tpl_eval_args(tpl_ctx *c, tpl_scope *s, const tpl_node *n, tv **args, tv **kwv);
+/* Redirect output into *nb (saving the current buffer), then restore it and turn what was
+ * captured into an arena string (st passes through; the buffer is freed either way). */
+void tpl_capture_begin(tpl_ctx *c, tpl_buf **saved, tpl_buf *nb);
+nb_status tpl_capture_end(tpl_ctx *c, int line, tpl_buf *saved, tpl_buf *nb, nb_status st, tv *out);
+
 tv tpl_scope_lookup(const tpl_scope *s, const char *name, int *found);
 int tpl_scope_set(tpl_ctx *c, tpl_scope *s, const char *name, tv v);
 tpl_scope *tpl_scope_new(tpl_ctx *c, tpl_scope *parent);
 
-nb_status tpl_eval(tpl_ctx *c, tpl_scope *s, const tpl_node *n, tv *out);
-nb_status tpl_exec(tpl_ctx *c, tpl_scope *s, const tpl_node *n);
+nb_status tpl_eval(tpl_ctx *c, tpl_scope *s, const tpl_node *n, tv *out); /* tpl_eval.c */
+nb_status tpl_exec(tpl_ctx *c, tpl_scope *s, const tpl_node *n);          /* tpl_exec.c */
 /* Call a callable value with evaluated arguments. */
 nb_status tpl_call_value(tpl_ctx *c, int line, tv fn, const tv *args, int nargs, const char **kwn,
                          const tv *kwv, int nkw, tv *out);
@@ -271,6 +281,9 @@ nb_status tpl_call_method(tpl_ctx *c, int line, tv self, const char *name, const
 tv tpl_str_strip(tv s, tv chars, int which);
 nb_status tpl_str_case(tpl_ctx *c, int line, tv s, int mode, tv *out);
 nb_status tpl_str_replace(tpl_ctx *c, int line, tv s, tv old, tv rep, int64_t count, tv *out);
+/* A str method call (tpl_strings.c); unknown names are runtime errors. */
+nb_status tpl_call_str_method(tpl_ctx *c, int line, tv s, const char *m, const tv *args, int nargs, const char **kwn,
+                              const tv *kwv, int nkw, tv *out);
 /* Python's `fmt % args` (args a tuple, a mapping for %(key)s, or one value). */
 nb_status tpl_percent_format(tpl_ctx *c, int line, tv fmt, tv args, tv *out);
 int tpl_global_lookup(const char *name, tv *out);
