@@ -18,6 +18,7 @@
 #include "tools/bench/prom.h"
 #include "tools/bench/report.h"
 #include "tools/nvml.h"
+#include "tokenizer/tokenizer.h"
 
 const char nb_cmd_bench_summary[] = "benchmark a running server: throughput, latency and GPU power per concurrency";
 
@@ -37,8 +38,8 @@ static void nb_bench_usage(FILE *f)
             "  --dataset random|sharegpt FILE   workload (default random)\n"
             "  --request-rate R        Poisson arrivals per second (default inf: as fast as concurrency allows)\n"
             "  --vocab-size V          random token ids from [0, V) (default: server's vocab_size, else 256)\n"
-            "  --tokenizer MODEL_DIR   not available yet (see docs/bench.md); prompt lengths come from\n"
-            "                          token-id prompts and the server's usage counts\n"
+            "  --tokenizer MODEL_DIR   make text prompts of exactly L tokens (else: id prompts for\n"
+            "                          completions, L random bytes for chat; see docs/bench.md)\n"
             "  --disable-ignore-eos    let requests stop at EOS (ignore_eos is on for random data)\n"
             "  --warmup N              warm-up requests before the sweep (default 1)\n"
             "  --seed S                workload seed (default 1)\n"
@@ -145,9 +146,9 @@ int nb_cmd_bench(int argc, char **argv)
         fprintf(stderr, "nibble bench: --backend must be completions or chat\n");
         return 2;
     }
-    if (tokenizer) {
-        fprintf(stderr, "nibble bench: --tokenizer is not available in this build yet; without it the random "
-                        "dataset sends token-id prompts (exact lengths) and reads the server's usage counts\n");
+    nb_tokenizer *tok = NULL;
+    if (tokenizer && nb_tokenizer_load(tokenizer, &tok) != NB_OK) {
+        fprintf(stderr, "nibble bench: --tokenizer %s: %s\n", tokenizer, nb_last_error());
         return 2;
     }
     int conc[NB_MAX_LEVELS], nps[NB_MAX_LEVELS];
@@ -183,8 +184,11 @@ int nb_cmd_bench(int argc, char **argv)
     su.request_rate = isfinite(rate) ? rate : 0;
     su.seed = seed;
     su.ignore_eos = sharegpt ? 0 : ignore_eos;
-    if (sharegpt)
-        snprintf(su.length_note, sizeof su.length_note, "ShareGPT lengths approximated as bytes/4 (no tokenizer); "
+    if (tok)
+        snprintf(su.length_note, sizeof su.length_note, "Prompts are text that %s's tokenizer encodes to exactly L "
+                 "tokens%s.", tokenizer, chat ? " (plus the chat template)" : "");
+    else if (sharegpt)
+        snprintf(su.length_note, sizeof su.length_note, "ShareGPT lengths approximated as bytes/4 (no --tokenizer); "
                                                         "token totals are the server's usage counts.");
     else if (chat)
         snprintf(su.length_note, sizeof su.length_note, "Chat prompts are random text of L bytes; input token totals "
@@ -195,7 +199,7 @@ int nb_cmd_bench(int argc, char **argv)
 
     nb_bench_dataset_cfg dc = {.random = sharegpt == NULL, .sharegpt = sharegpt, .input_len = input_len,
                                .output_len = output_len, .range_ratio = range_ratio, .vocab_size = vocab,
-                               .as_text = chat, .output_len_given = out_given};
+                               .as_text = chat, .output_len_given = out_given, .tok = tok};
     nb_bench_client_cfg cc = {.base_url = base, .model = model, .api_key = api_key, .chat = chat,
                               .request_rate = rate, .ignore_eos = su.ignore_eos, .seed = seed, .timeout_s = timeout,
                               .progress = 1};
@@ -292,6 +296,7 @@ int nb_cmd_bench(int argc, char **argv)
     for (int L = 0; L < NB_MAX_LEVELS; L++) nb_bench_level_free(&levels[L]);
     free(levels);
     nb_nvml_sampler_stop(sampler);
+    if (tok) nb_tokenizer_free(tok);
     curl_global_cleanup();
     return rc;
 }

@@ -9,6 +9,7 @@
 #include "tools/bench/prom.h"
 #include "tools/bench/report.h"
 #include "tools/nvml.h"
+#include "tokenizer/tokenizer.h"
 
 #include <cjson/cJSON.h>
 #include <unistd.h>
@@ -158,6 +159,29 @@ static void test_dataset_lengths(void)
     NB_CHECK_STATUS(nb_bench_dataset_make(&c, 5, 1, &p), NB_ERR_INVALID_ARG);
 }
 
+static void test_tokenizer_prompts(void)
+{
+    /* The built-in byte tokenizer with two specials: every prompt must encode to exactly L. */
+    const char *specials[] = {"<|endoftext|>", "<|user|>"};
+    nb_tokenizer *tok;
+    NB_CHECK_OK(nb_tokenizer_builtin_bytes(specials, 2, &tok));
+    nb_bench_dataset_cfg c = {.random = 1, .input_len = 40, .output_len = 4, .range_ratio = 0.5, .tok = tok};
+    nb_bench_prompt *p;
+    NB_CHECK_OK(nb_bench_dataset_make(&c, 50, 9, &p));
+    int bad = 0;
+    for (int i = 0; i < 50; i++) {
+        int32_t *ids;
+        size_t n;
+        NB_CHECK_OK(nb_tokenizer_encode(tok, p[i].text, strlen(p[i].text), 0, &ids, &n));
+        bad += (int)n != p[i].prompt_len || p[i].prompt_len < 20 || p[i].prompt_len > 40;
+        for (size_t k = 0; k < n; k++) bad += nb_tokenizer_is_special(tok, ids[k]);
+        free(ids);
+    }
+    NB_CHECK(bad == 0);
+    nb_bench_dataset_free(p, 50);
+    nb_tokenizer_free(tok);
+}
+
 static void test_sharegpt(void)
 {
     char path[] = "/tmp/nb_sharegpt_XXXXXX";
@@ -260,7 +284,7 @@ static void test_gpu_summary(void)
 
 static const nb_test tests[] = {
     {"percentile", test_percentile},       {"timeline", test_timeline},     {"peak_back_to_back", test_peak_back_to_back},
-    {"prom", test_prom},                   {"dataset_lengths", test_dataset_lengths}, {"sharegpt", test_sharegpt},
+    {"prom", test_prom},                   {"dataset_lengths", test_dataset_lengths}, {"sharegpt", test_sharegpt}, {"tokenizer_prompts", test_tokenizer_prompts},
     {"report", test_report},               {"gpu_summary", test_gpu_summary},
 };
 

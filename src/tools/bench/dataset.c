@@ -2,6 +2,7 @@
 #include "tools/bench/dataset.h"
 #include "base/error.h"
 #include "base/json.h"
+#include "tokenizer/tokenizer.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -25,17 +26,89 @@ void nb_bench_dataset_free(nb_bench_prompt *p, int n)
     free(p);
 }
 
+/* Ids whose text stands alone: not special, non-empty, no U+FFFD (so not a fragment of a
+ * multi-byte character). Drawing prompts from these keeps every decode exact. */
+static nb_status nb_safe_ids(const nb_tokenizer *tok, int32_t **out, int *n)
+{
+    int v = nb_tokenizer_vocab_size(tok), k = 0;
+    int32_t *ids = malloc(((size_t)v + 1) * sizeof *ids);
+    if (!ids) return nb_error(NB_ERR_OUT_OF_MEMORY, "bench: vocabulary of %d", v);
+    for (int32_t id = 0; id < v; id++) {
+        char *t = NULL;
+        size_t tl = 0;
+        if (nb_tokenizer_is_special(tok, id) || nb_tokenizer_decode(tok, &id, 1, 1, &t, &tl) != NB_OK) {
+            nb_error_clear();
+            continue;
+        }
+        if (tl > 0 && !memmem(t, tl, "\xef\xbf\xbd", 3) && strlen(t) == tl) ids[k++] = id;
+        free(t);
+    }
+    if (k == 0) {
+        free(ids);
+        return nb_error(NB_ERR_FORMAT, "bench: the tokenizer has no token that decodes to text on its own");
+    }
+    *out = ids;
+    *n = k;
+    return NB_OK;
+}
+
+/* Text that the tokenizer encodes to exactly `len` tokens: draw safe ids, decode,
+ * re-encode (merges change the count), then trim or top up with fresh draws and repeat. */
+static nb_status nb_exact_text(const nb_tokenizer *tok, const int32_t *safe, int n_safe, uint64_t *rng, int len,
+                               char **out)
+{
+    int32_t *ids = malloc(((size_t)len + 1) * sizeof *ids);
+    if (!ids) return nb_error(NB_ERR_OUT_OF_MEMORY, "bench: prompt of %d ids", len);
+    for (int attempt = 0; attempt < 16; attempt++) {
+        int n = 0;
+        while (n < len) ids[n++] = safe[nb_bench_rng(rng) % (uint64_t)n_safe];
+        for (int round = 0; round < 8; round++) {
+            char *text = NULL;
+            size_t tl = 0, m = 0;
+            int32_t *re = NULL;
+            if (nb_tokenizer_decode(tok, ids, (size_t)n, 1, &text, &tl) != NB_OK ||
+                nb_tokenizer_encode(tok, text, tl, 0, &re, &m) != NB_OK) {
+                free(text);
+                nb_error_clear();
+                break;
+            }
+            if ((int)m == len && strlen(text) == tl && !memmem(text, tl, "\xef\xbf\xbd", 3)) {
+                free(re);
+                free(ids);
+                *out = text;
+                return NB_OK;
+            }
+            free(text);
+            n = (int)m < len ? (int)m : len;
+            memcpy(ids, re, (size_t)n * sizeof *ids);
+            free(re);
+            while (n < len) ids[n++] = safe[nb_bench_rng(rng) % (uint64_t)n_safe];
+        }
+    }
+    free(ids);
+    return nb_error(NB_ERR_INTERNAL, "bench: no text of exactly %d tokens found in 16 draws", len);
+}
+
 static nb_status nb_make_random(const nb_bench_dataset_cfg *cfg, int n, uint64_t seed, nb_bench_prompt *p)
 {
     uint64_t rng = seed * 0x2545f4914f6cdd1dULL + 1;
     int vocab = cfg->vocab_size > 0 ? cfg->vocab_size : 256;
+    int32_t *safe = NULL;
+    int n_safe = 0;
+    if (cfg->tok) NB_TRY(nb_safe_ids(cfg->tok, &safe, &n_safe));
+    nb_status st = NB_OK;
     for (int i = 0; i < n; i++) {
         int in = nb_bench_draw_len(&rng, cfg->input_len, cfg->range_ratio);
         p[i].output_len = nb_bench_draw_len(&rng, cfg->output_len, cfg->range_ratio);
         p[i].prompt_len = in;
-        if (cfg->as_text) {
+        if (cfg->tok) {
+            if ((st = nb_exact_text(cfg->tok, safe, n_safe, &rng, in, &p[i].text)) != NB_OK) break;
+        } else if (cfg->as_text) {
             p[i].text = malloc((size_t)in + 1);
-            if (!p[i].text) return nb_error(NB_ERR_OUT_OF_MEMORY, "bench: prompt of %d bytes", in);
+            if (!p[i].text) {
+                st = nb_error(NB_ERR_OUT_OF_MEMORY, "bench: prompt of %d bytes", in);
+                break;
+            }
             /* Words of 1-8 letters: no two requests share a prefix beyond chance. */
             for (int k = 0; k < in; k++) {
                 int r = (int)(nb_bench_rng(&rng) % 32);
@@ -44,12 +117,16 @@ static nb_status nb_make_random(const nb_bench_dataset_cfg *cfg, int n, uint64_t
             p[i].text[in] = 0;
         } else {
             p[i].ids = malloc((size_t)in * sizeof(int));
-            if (!p[i].ids) return nb_error(NB_ERR_OUT_OF_MEMORY, "bench: prompt of %d ids", in);
+            if (!p[i].ids) {
+                st = nb_error(NB_ERR_OUT_OF_MEMORY, "bench: prompt of %d ids", in);
+                break;
+            }
             for (int k = 0; k < in; k++) p[i].ids[k] = (int)(nb_bench_rng(&rng) % (uint64_t)vocab);
             p[i].n_ids = in;
         }
     }
-    return NB_OK;
+    free(safe);
+    return st;
 }
 
 typedef struct nb_conv {
@@ -81,6 +158,15 @@ static nb_status nb_make_sharegpt(const nb_bench_dataset_cfg *cfg, int n, uint64
         if (!cJSON_IsString(a) || !cJSON_IsString(b)) continue;
         /* No tokenizer: about four bytes per token for English BPE vocabularies. */
         int pl = (int)((strlen(a->valuestring) + 3) / 4), rl = (int)((strlen(b->valuestring) + 3) / 4);
+        if (cfg->tok) {
+            int32_t *ids;
+            size_t m;
+            if (nb_tokenizer_encode(cfg->tok, a->valuestring, strlen(a->valuestring), 0, &ids, &m) == NB_OK)
+                pl = (int)m, free(ids);
+            if (nb_tokenizer_encode(cfg->tok, b->valuestring, strlen(b->valuestring), 0, &ids, &m) == NB_OK)
+                rl = (int)m, free(ids);
+            nb_error_clear();
+        }
         if (cfg->output_len_given) rl = cfg->output_len;
         if (pl < 4 || rl < 4 || pl > 1024 || pl + rl > 2048) continue;
         convs[kept++] = (nb_conv){a->valuestring, pl, rl};

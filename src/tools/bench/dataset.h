@@ -1,6 +1,9 @@
 /* Benchmark workloads: random prompts (fresh random token ids per request) and ShareGPT
  * conversations. Lengths: `--range-ratio R` draws each length uniformly from
  * [max(floor(R*L),1), L] as SGLang's --random-range-ratio does; R = 1 is exact.
+ * With a tokenizer (--tokenizer MODEL_DIR) a random prompt is text: random ids decoded,
+ * re-encoded, trimmed and decoded again until the text encodes to exactly L tokens
+ * (prompts that cannot be made exact in a few rounds are redrawn).
  * Without a tokenizer a random prompt is an array of token ids (sent as the /v1/completions
  * `prompt`, so its length is exact on a server that takes ids) or, for chat, random
  * lowercase text of L bytes (one token per byte on a byte-level tokenizer; on BPE models
@@ -20,6 +23,8 @@ typedef struct nb_bench_prompt {
     int output_len; /* max_tokens to ask for */
 } nb_bench_prompt;
 
+struct nb_tokenizer;
+
 typedef struct nb_bench_dataset_cfg {
     int random;             /* 1: random dataset, 0: ShareGPT file */
     const char *sharegpt;   /* ShareGPT JSON path */
@@ -28,6 +33,8 @@ typedef struct nb_bench_dataset_cfg {
     int vocab_size;         /* ids are drawn from [0, vocab_size) */
     int as_text;            /* random dataset as text (chat backend) */
     int output_len_given;   /* ShareGPT: use output_len instead of the reply's length */
+    const struct nb_tokenizer *tok; /* --tokenizer: text prompts of exactly L tokens; ShareGPT
+                                       lengths counted, not estimated */
 } nb_bench_dataset_cfg;
 
 /* Small deterministic generator (splitmix64). */
