@@ -41,11 +41,16 @@ extern "C" {
 #define NB_MOE_NT_MMA 4
 
 /* Shared memory of one FFN block: the split-K partial sums (F32, 4 per lane per fragment,
- * two row tiles, one slot per warp). The launcher checks it against the device's opt-in
- * limit; `nibble plan-tiles` prints it. */
+ * two row tiles, one slot per warp) and, in the mma regime, two staging buffers of the
+ * token tile ([8*nt tokens][256 k] BF16, rows padded to NB_MOE_B_ROW_BYTES against bank
+ * conflicts). The launcher checks it against the device's opt-in limit; `nibble plan-tiles`
+ * prints it. */
+#define NB_MOE_B_ROW_BYTES 528
 static inline size_t nb_moe_smem_bytes(int nt, int gate_up)
 {
-    return (size_t)NB_MOE_WARPS * (size_t)(gate_up ? 2 : 1) * (size_t)nt * 4u * 32u * sizeof(float);
+    size_t red = (size_t)NB_MOE_WARPS * (size_t)(gate_up ? 2 : 1) * (size_t)nt * 4u * 32u * sizeof(float);
+    size_t stage = nt == NB_MOE_NT_MMA ? 2u * 8u * (size_t)nt * NB_MOE_B_ROW_BYTES : 0;
+    return red + stage;
 }
 
 /* Bytes of the repacked weight codes and scales of one [n, k] matrix (the same as the

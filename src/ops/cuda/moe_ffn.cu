@@ -247,6 +247,37 @@ __device__ __forceinline__ uint4 ld_act(const uint16_t *p)
     return v;
 }
 
+// Token staging for the mma regime (ks == 1: the block's 4 warps share tokens and K range):
+// per k-group, the tile's [8*NT tokens][256 k] BF16 lands in shared memory once (cp.async,
+// one k-group ahead, double-buffered) instead of each warp reading it from L2. Rows are
+// padded to MOE_BROW bytes so that the fragment reads (16 bytes at row*528 + 32*t) of a
+// quarter-warp hit distinct banks.
+#define MOE_BROW NB_MOE_B_ROW_BYTES
+#define MOE_STAGE_NT NB_MOE_NT_MMA
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid)
+{
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+// All threads of the block: token rows of k-group kg into buf (rows past the tile: zeros).
+template <int NT>
+__device__ __forceinline__ void moe_stage_tokens(char *buf, const uint16_t *base, const long long *row, int kg)
+{
+#pragma unroll
+    for (int m = 0; m < 8 * NT * 32 / MOE_THREADS; m++) {
+        const int c = threadIdx.x + m * MOE_THREADS, r = c >> 5, col = c & 31;
+        const long long off = row[r];
+        cp_async16(buf + r * MOE_BROW + col * 16, base + (off < 0 ? 0 : off) + kg * 256 + col * 8, off >= 0);
+    }
+    cp_async_commit();
+}
+
 // Weight codes and scales of k-group kg of both row tiles into registers (this lane's
 // 2 x 64 + 2 x 8 bytes).
 __device__ __forceinline__ void moe_load_group(const uint8_t *wap, const uint8_t *wbp, const uint8_t *sap,
@@ -283,16 +314,30 @@ __device__ __forceinline__ void moe_load_b(const uint16_t *const *brow, int q, u
     }
 }
 
-template <int NT>
+// bsm: the block's staged tokens of this k-group (rows of MOE_BROW bytes), or NULL to load
+// this lane's fragments from global memory.
+template <int NT, bool SMEM>
 __device__ __forceinline__ void moe_group(const uint4 (&wa)[4], const uint4 (&wb)[4], uint2 sa, uint2 sb,
-                                          const uint16_t *const *brow, bool dn, int kg, float (*acca)[4],
-                                          float (*accb)[4])
+                                          const uint16_t *const *brow, const char *bsm, bool dn, int kg,
+                                          float (*acca)[4], float (*accb)[4])
 {
 #pragma unroll
     for (int qq = 0; qq < 4; qq++) {
         uint32_t b[NT][8];
-        if (dn) moe_load_b<NT, true>(brow, kg * 4 + qq, b);
-        else moe_load_b<NT, false>(brow, kg * 4 + qq, b);
+        if (SMEM) {
+            const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                const char *r = bsm + (j * 8 + g) * MOE_BROW + qq * 128 + t * 32;
+                const uint4 lo = *(const uint4 *)r, hi = *(const uint4 *)(r + 16);
+                b[j][0] = lo.x, b[j][1] = lo.y, b[j][2] = lo.z, b[j][3] = lo.w;
+                b[j][4] = hi.x, b[j][5] = hi.y, b[j][6] = hi.z, b[j][7] = hi.w;
+            }
+        } else if (dn) {
+            moe_load_b<NT, true>(brow, kg * 4 + qq, b);
+        } else {
+            moe_load_b<NT, false>(brow, kg * 4 + qq, b);
+        }
         uint32_t s2a = (qq < 2 ? sa.x : sa.y) >> ((qq & 1) * 16);
         uint32_t s2b = (qq < 2 ? sb.x : sb.y) >> ((qq & 1) * 16);
         moe_ktile<NT>(wa[qq], wb[qq], s2a, s2b, b, acca, accb);
@@ -306,8 +351,8 @@ __device__ __forceinline__ void moe_group(const uint4 (&wa)[4], const uint4 (&wb
 // row[r]: element offset of token row r of the tile in x (gate_up) or act (down), -1 past
 // the tile's count. The warp with part 0 of each pair reduces and runs the epilogue.
 template <int NT, bool DN>
-__device__ __forceinline__ void moe_item(const moe_params &p, moe_smem_probe<NT> &sm, const long long *row, int e,
-                                         int start, int cnt, int rb, int ks)
+__device__ __forceinline__ void moe_item(const moe_params &p, moe_smem_probe<NT> &sm, char *stage,
+                                         const long long *row, int e, int start, int cnt, int rb, int ks)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -336,13 +381,35 @@ __device__ __forceinline__ void moe_item(const moe_params &p, moe_smem_probe<NT>
     // next group's loads are in flight while this one is expanded and multiplied.
     uint4 ca[4], cb[4], na[4], nb[4];
     uint2 csa = make_uint2(0, 0), csb = csa, nsa = csa, nsb = csa;
-    if (kg0 < kg1) moe_load_group(wap, wbp, sap, sbp, kg0, ca, cb, csa, csb);
-    for (int kg = kg0; kg < kg1; kg++) {
-        if (kg + 1 < kg1) moe_load_group(wap, wbp, sap, sbp, kg + 1, na, nb, nsa, nsb);
-        moe_group<NT>(ca, cb, csa, csb, brow, DN, kg, acca, accb);
+    if (NT == MOE_STAGE_NT && ks == 1) {
+        // Staged tokens: every warp runs the same k-groups, so the barriers are uniform.
+        char *const bufs[2] = {stage, stage + 8 * NT * MOE_BROW};
+        moe_stage_tokens<NT>(bufs[0], bbase, row, 0);
+        moe_load_group(wap, wbp, sap, sbp, 0, ca, cb, csa, csb);
+        for (int kg = 0; kg < kgroups; kg++) {
+            if (kg + 1 < kgroups) {
+                moe_stage_tokens<NT>(bufs[(kg + 1) & 1], bbase, row, kg + 1);
+                moe_load_group(wap, wbp, sap, sbp, kg + 1, na, nb, nsa, nsb);
+                cp_async_wait<1>();
+            } else {
+                cp_async_wait<0>();
+            }
+            __syncthreads();
+            moe_group<NT, true>(ca, cb, csa, csb, brow, bufs[kg & 1], DN, kg, acca, accb);
+            __syncthreads();  // before the next-but-one group overwrites this buffer
 #pragma unroll
-        for (int qq = 0; qq < 4; qq++) ca[qq] = na[qq], cb[qq] = nb[qq];
-        csa = nsa, csb = nsb;
+            for (int qq = 0; qq < 4; qq++) ca[qq] = na[qq], cb[qq] = nb[qq];
+            csa = nsa, csb = nsb;
+        }
+    } else {
+        if (kg0 < kg1) moe_load_group(wap, wbp, sap, sbp, kg0, ca, cb, csa, csb);
+        for (int kg = kg0; kg < kg1; kg++) {
+            if (kg + 1 < kg1) moe_load_group(wap, wbp, sap, sbp, kg + 1, na, nb, nsa, nsb);
+            moe_group<NT, false>(ca, cb, csa, csb, brow, nullptr, DN, kg, acca, accb);
+#pragma unroll
+            for (int qq = 0; qq < 4; qq++) ca[qq] = na[qq], cb[qq] = nb[qq];
+            csa = nsa, csb = nsb;
+        }
     }
 
     // Split-K reduction: parts 1.. of each pair hand their sums to part 0.
@@ -430,6 +497,8 @@ __global__ void __launch_bounds__(MOE_THREADS, MOE_MIN_BLOCKS(NT)) moe_ffn_kerne
     __shared__ moe_smem_probe<NT> sm;
     __shared__ int s_item[2];
     __shared__ long long s_row[8 * NT];
+    extern __shared__ uint4 moe_stage_smem[];  // token staging (mma regime), 0 bytes otherwise
+    char *stage = (char *)moe_stage_smem;
     griddep_wait();
     const int n_tiles = *p.n_tiles;
     const int rb_gu = p.inter / 16 / (MOE_WARPS / p.ks_gu), rb_dn = p.hidden / 32 / (MOE_WARPS / p.ks_dn);
@@ -465,9 +534,9 @@ __global__ void __launch_bounds__(MOE_THREADS, MOE_MIN_BLOCKS(NT)) moe_ffn_kerne
         }
         __syncthreads();
         if (dn) {
-            moe_item<NT, true>(p, sm, s_row, tl.x, tl.y, tl.z, rb, p.ks_dn);
+            moe_item<NT, true>(p, sm, stage, s_row, tl.x, tl.y, tl.z, rb, p.ks_dn);
         } else {
-            moe_item<NT, false>(p, sm, s_row, tl.x, tl.y, tl.z, rb, p.ks_gu);
+            moe_item<NT, false>(p, sm, stage, s_row, tl.x, tl.y, tl.z, rb, p.ks_gu);
             if (threadIdx.x == 0) add_release(p.done + ti, 1);
         }
     }
@@ -553,19 +622,23 @@ static nb_status moe_launch_ffn(const moe_params &p, cudaStream_t st)
         NB_CUDA_TRY(cudaGetDevice(&dev));
         NB_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     }
+    const size_t dyn = NT == MOE_STAGE_NT ? (size_t)2 * 8 * NT * MOE_BROW : 0;
     const size_t smem = nb_moe_smem_bytes(NT, 1);
-    if (smem != sizeof(moe_smem_probe<NT>) || smem > (size_t)optin)
+    if (smem != sizeof(moe_smem_probe<NT>) + dyn || smem > (size_t)optin)
         return nb_error(NB_ERR_UNSUPPORTED,
                         "moe: FFN kernel with %d token fragments needs %zu bytes of shared memory, the device allows "
                         "%d per block",
                         NT, smem, optin);
     if (!per_sm) {
-        NB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_ffn_kernel<NT>, MOE_THREADS, 0));
+        if (dyn)
+            NB_CUDA_TRY(cudaFuncSetAttribute(moe_ffn_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn));
+        NB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_ffn_kernel<NT>, MOE_THREADS, dyn));
         if (per_sm < 1) return nb_error(NB_ERR_CUDA, "moe: FFN kernel<%d> cannot be resident", NT);
     }
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)(moe_sm_count() * per_sm));
     cfg.blockDim = dim3(MOE_THREADS);
+    cfg.dynamicSmemBytes = dyn;
     cfg.stream = st;
     cudaLaunchAttribute at[1] = {};
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
