@@ -78,15 +78,17 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 event({"object": "text_completion", "choices": [{"index": 0, "text": "x",
                        "finish_reason": None if i + 1 < n else "length"}]})
+        # Count before the stream ends, as a real server does: a client that reads
+        # /metrics right after [DONE] must see this request.
+        with LOCK:
+            STATS["running"] -= 1
+            STATS["prompt"] += plen
+            STATS["gen"] += n
         if (body.get("stream_options") or {}).get("include_usage"):
             event({"choices": [], "usage": {"prompt_tokens": plen, "completion_tokens": n,
                                             "total_tokens": plen + n}})
         event("[DONE]")
         self.wfile.write(b"0\r\n\r\n")
-        with LOCK:
-            STATS["running"] -= 1
-            STATS["prompt"] += plen
-            STATS["gen"] += n
 
 
 if __name__ == "__main__":

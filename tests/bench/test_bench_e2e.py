@@ -71,6 +71,16 @@ def main():
                 sm = row["server_metrics"]
                 assert sm["available"] and sm["generation_tokens"] == n * OUT_LEN, sm
             sweep(base, tmp, "fake-chat", ["--backend", "chat"])
+            # Poisson arrivals and SGLang-style length ranges: every request still completes and
+            # the drawn output lengths stay within [R*L, L].
+            jsonl = os.path.join(tmp, "rate.jsonl")
+            r = subprocess.run([srvlib.BIN, "bench", "--base-url", base, "--concurrency", "4", "--num-prompts", "20",
+                                "--input-len", "16", "--output-len", "8", "--range-ratio", "0.5", "--request-rate",
+                                "200", "--output-file", jsonl], capture_output=True, text=True, timeout=120)
+            assert r.returncode == 0, r.stderr[-1000:]
+            row = json.loads(open(jsonl).read())
+            assert row["completed"] == 20 and 20 * 4 <= row["total_output_tokens"] <= 20 * 8, row
+            assert row["total_output_tokens"] < 20 * 8 and row["request_rate"] == 200, row
         finally:
             fake.terminate()
             fake.wait()
