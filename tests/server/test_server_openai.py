@@ -243,6 +243,34 @@ def test_shutdown_grace():
     check(out.get("finish", {}).get(0) == "length", f"stream finished within the grace period: {out}")
 
 
+def test_shutdown_abort():
+    # SIGTERM with requests that outlast the grace period: the stream ends with
+    # finish_reason "abort" and [DONE], the non-streaming request gets 503, exit code 0.
+    s = srvlib.Server(["--shutdown-timeout", "0.5"]).__enter__()
+    c = client(s.base)
+    model = c.models.list().data[0].id
+    out = {}
+
+    def stream():
+        st = c.completions.create(model=model, prompt=IDS, max_tokens=4000, temperature=0, stream=True,
+                                  extra_body={"ignore_eos": True})
+        out["text"], out["finish"], _, _ = stream_text(st)
+
+    def plain():
+        out["status"] = srvlib.http("POST", s.base + "/v1/completions",
+                                    {"prompt": IDS, "max_tokens": 4000, "ignore_eos": True}, timeout=60)[0]
+    ts = [threading.Thread(target=stream), threading.Thread(target=plain)]
+    for t in ts:
+        t.start()
+    time.sleep(0.5)
+    rc = s.stop()
+    for t in ts:
+        t.join(30)
+    check(rc == 0, f"exit code {rc} after SIGTERM with running requests")
+    check(out.get("finish", {}).get(0) == "abort", f"stream ended with {out.get('finish')}")
+    check(out.get("status") == 503, f"non-streaming request got {out.get('status')}")
+
+
 def main():
     if not os.path.exists(srvlib.BIN) and not os.environ.get("NIBBLE_SERVER_URL"):
         print("SKIP: nibble not built", file=sys.stderr)
@@ -265,6 +293,7 @@ def main():
         test_api_key()
         test_reasoning(plain)
         test_shutdown_grace()
+        test_shutdown_abort()
     print(f"openai SDK tests: {len(FAILS)} failure(s)")
     return 1 if FAILS else 0
 
