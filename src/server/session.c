@@ -63,7 +63,7 @@ void nb_session_conn_closed(nb_srv_req *r, int client_gone)
     pthread_mutex_lock(&r->mu);
     r->conn_alive = 0;
     r->client_gone |= client_gone;
-    int live = !r->finished;
+    int live = !r->finished && r->subs_live > 0;
     pthread_mutex_unlock(&r->mu);
     nb_server_unwatch(r->srv, r);
     if (live) {

@@ -4,7 +4,8 @@
      complete without an error, and the server is idle afterwards;
   2. clients that hang up mid-stream, while queued, or during a non-streaming request get
      their requests aborted: running/waiting requests, used KV pages and live HTTP requests
-     return to zero (read from /metrics), and the server keeps serving.
+     return to zero (read from /metrics), and the server keeps serving;
+  3. --max-queued-requests overflow answers 503 with Retry-After.
   NIBBLE_BIN=build/nibble python3 tests/server/test_server_load.py"""
 import json
 import os
@@ -99,6 +100,27 @@ def disconnects(base):
     check(srvlib.http("GET", base + "/health")[0] == 200, "healthy after the hang-ups")
 
 
+def queue_full():
+    # --max-queued-requests: overflow is 503 with Retry-After, never a hang or a 500.
+    import threading
+    with srvlib.Server(["--max-queued-requests", "2", "--max-running-requests", "1"]) as s:
+        res = []
+
+        def go():
+            res.append(srvlib.http("POST", s.base + "/v1/completions",
+                                   {"prompt": [65] * 8, "max_tokens": 30, "ignore_eos": True}))
+        ts = [threading.Thread(target=go) for _ in range(12)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(120)
+        codes = sorted(r[0] for r in res)
+        check(set(codes) <= {200, 503} and 200 in codes and 503 in codes, f"queue overflow statuses {codes}")
+        check(all(r[1].get("Retry-After") == "1" and b'"queue_full"' in r[2] for r in res if r[0] == 503),
+              "503 carries Retry-After and code queue_full")
+        check(all(json.loads(r[2])["usage"]["completion_tokens"] == 30 for r in res if r[0] == 200), "admitted ones complete")
+
+
 def main():
     if not os.path.exists(srvlib.BIN) and not os.environ.get("NIBBLE_SERVER_URL"):
         print("SKIP: nibble not built", file=sys.stderr)
@@ -106,6 +128,8 @@ def main():
     with srvlib.Server() as s:
         disconnects(s.base)
         load(s.base, int(os.environ.get("NIBBLE_LOAD_CLIENTS", "1000")))
+    if not os.environ.get("NIBBLE_SERVER_URL"):
+        queue_full()
     print(f"load tests: {len(FAILS)} failure(s)")
     return 1 if FAILS else 0
 
