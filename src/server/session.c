@@ -473,6 +473,10 @@ enum MHD_Result nb_session_complete(nb_server *s, struct MHD_Connection *c, nb_c
         return nb_session_complete(s, c, ctx);
     }
     if (r->any_abort) {
+        pthread_mutex_lock(&r->mu);
+        int gone = r->client_gone;
+        pthread_mutex_unlock(&r->mu);
+        if (gone) return MHD_NO; /* nobody to answer: close */
         nb_oai_error err;
         nb_oai_set_error(&err, 503, "server_error", "", "aborted",
                          "request aborted (server shutting down or engine failure)");
