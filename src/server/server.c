@@ -54,7 +54,7 @@ enum MHD_Result nb_respond_error(struct MHD_Connection *c, nb_server *s, const n
 {
     char *body = nb_oai_error_json(err);
     if (!body) return MHD_NO;
-    if (err->http >= 500) NB_LOG_WARN("http", "%d: %s", err->http, err->message);
+    if (err->http >= 500 && err->http != 503) NB_LOG_WARN("http", "%d: %s", err->http, err->message);
     else NB_LOG_DEBUG("http", "%d: %s", err->http, err->message);
     if (err->http == 503) return nb_respond(c, s, 503, "application/json", body, "Retry-After", "1");
     if (err->http == 401) return nb_respond(c, s, 401, "application/json", body, "WWW-Authenticate", "Bearer");
