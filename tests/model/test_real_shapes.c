@@ -1,8 +1,9 @@
-/* The forward pass at GLM-5's real attention shapes (64 heads, q_lora_rank 2048, kv_lora_rank
- * 512, qk_nope 192, qk_rope 64 interleaved, v 256, DSA 32 x 128 with a top-k that bites) on a
- * synthetic model narrowed elsewhere (2 layers, hidden 1024, 8 NVFP4 experts, vocab 1024) so
- * two cores run it in seconds: absorbed MLA == naive MLA on the whole model, and decoding with
- * the cache == recomputing. The fixtures cover HF agreement; this covers the real dims.
+/* The forward pass at GLM-5's real per-head attention shapes (kv_lora_rank 512, qk_nope 192,
+ * qk_rope 64 interleaved, v 256, DSA 32 heads x 128 with a top-k that bites) on a synthetic
+ * model narrowed elsewhere (16 heads instead of 64, q_lora_rank 512, 2 layers, hidden 1024,
+ * 8 NVFP4 experts, vocab 1024) so two cores run it in seconds: absorbed MLA == naive MLA on the
+ * whole model, and decoding with the cache == recomputing. The fixtures cover HF agreement;
+ * this covers the real dims.
  * Run: build-x/tests/test_real_shapes. */
 #include "fixture_util.h"
 #include "model/synthetic.h"
@@ -11,6 +12,7 @@
 
 static const char spec[] =
     "synthetic:glm5:num_hidden_layers=2,first_k_dense_replace=1,hidden_size=1024,intermediate_size=1024,"
+    "num_attention_heads=16,num_key_value_heads=16,q_lora_rank=512,"
     "moe_intermediate_size=256,n_routed_experts=8,num_experts_per_tok=2,vocab_size=1024,index_topk=12,"
     "experts=nvfp4,init_std=0.03,seed=7";
 
@@ -20,7 +22,8 @@ static void test_glm5_shapes(void)
     nb_checkpoint *ck = NULL;
     NB_CHECK_OK(nb_synthetic_build(spec, &cfg, &ck));
     if (!ck) return;
-    NB_CHECK(cfg.kv_lora_rank == 512 && cfg.qk_rope_head_dim == 64 && cfg.num_heads == 64 && cfg.index_head_dim == 128);
+    NB_CHECK(cfg.kv_lora_rank == 512 && cfg.qk_rope_head_dim == 64 && cfg.qk_nope_head_dim == 192 &&
+             cfg.v_head_dim == 256 && cfg.index_head_dim == 128 && cfg.index_n_heads == 32);
     nb_model *ab = NULL, *nv = NULL;
     nb_model_params p = nb_model_default_params();
     p.mla_mode = NB_MLA_ABSORBED;
