@@ -3,6 +3,8 @@
  * per-expert tensors; a glm_moe_dsa layer without indexer weights shares the previous
  * layer's selection, and a first layer without them is refused; score / generate CLI
  * helpers' .npy round trip. Run: build-x/tests/test_model_bind. */
+#include <unistd.h>
+
 #include "fixture_util.h"
 #include "format/npy.h"
 
@@ -161,7 +163,8 @@ static void test_fused_experts(void)
 static void test_npy_round_trip(void)
 {
     float v[6] = {1, -2, 3.5f, 0, 1e-30f, 7};
-    const char *path = "/tmp/nb_test_npy_round_trip.npy";
+    char path[128]; /* per process: several build folders may run this test at once */
+    snprintf(path, sizeof path, "/tmp/nb_test_npy_round_trip.%d.npy", (int)getpid());
     NB_CHECK_OK(nb_npy_write_f32(path, v, 2, (int64_t[]){2, 3}));
     float *r = NULL;
     int nd = 0;
