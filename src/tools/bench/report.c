@@ -303,22 +303,31 @@ static void nb_svg_throughput(FILE *f, const nb_bench_level *lv, int n)
     fprintf(f, "</svg>\n");
 }
 
-/* Empirical CDF of one latency per level (x: ms, y: fraction of samples). */
+/* Empirical CDF of one latency per level (x: ms on a log axis, since levels differ by
+ * orders of magnitude; y: fraction of samples). */
 static void nb_svg_cdf(FILE *f, const char *title, const nb_bench_level *lv, int n, int which)
 {
     int pw = NB_W - NB_L - NB_R, ph = NB_H - NB_T - NB_B;
-    double xmax = 0;
+    double hi = 0, lo = INFINITY;
     for (int i = 0; i < n; i++) {
         const double *v = which == 0 ? lv[i].ttft_ms : which == 1 ? lv[i].itl_ms : lv[i].e2e_ms;
         int k = which == 0 ? lv[i].n_ttft : which == 1 ? lv[i].n_itl : lv[i].n_e2e;
-        /* The p99.5 bounds the axis so one straggler does not flatten every curve. */
-        if (k) xmax = fmax(xmax, nb_bench_percentile(v, (size_t)k, 99.5));
+        if (!k) continue;
+        hi = fmax(hi, v[k - 1]);
+        /* The p0.5 bounds the axis below so a stray near-zero gap does not stretch it. */
+        double p = nb_bench_percentile(v, (size_t)k, 0.5);
+        if (p > 0) lo = fmin(lo, p);
     }
-    xmax = nb_nice_max(xmax);
-    nb_svg_axes(f, title, "milliseconds", "fraction of samples", 1.0);
-    for (int t = 0; t <= 4; t++)
-        fprintf(f, "<text x='%.1f' y='%d' text-anchor='middle'>%.4g</text>", NB_L + pw * t / 4.0, NB_T + ph + 14,
-                xmax * t / 4);
+    if (!(hi > 0)) hi = 1;
+    if (!isfinite(lo) || lo >= hi) lo = hi / 10;
+    double l0 = floor(log10(lo)), l1 = ceil(log10(hi));
+    if (l1 <= l0) l1 = l0 + 1;
+    nb_svg_axes(f, title, "milliseconds (log scale)", "fraction of samples", 1.0);
+    for (double d = l0; d <= l1 + 1e-9; d += 1) {
+        double x = NB_L + pw * (d - l0) / (l1 - l0);
+        fprintf(f, "<line x1='%.1f' x2='%.1f' y1='%d' y2='%d' stroke='#eee'/>", x, x, NB_T, NB_T + ph);
+        fprintf(f, "<text x='%.1f' y='%d' text-anchor='middle'>%g</text>\n", x, NB_T + ph + 14, pow(10, d));
+    }
     for (int i = 0; i < n; i++) {
         const double *v = which == 0 ? lv[i].ttft_ms : which == 1 ? lv[i].itl_ms : lv[i].e2e_ms;
         int k = which == 0 ? lv[i].n_ttft : which == 1 ? lv[i].n_itl : lv[i].n_e2e;
@@ -328,11 +337,11 @@ static void nb_svg_cdf(FILE *f, const char *title, const nb_bench_level *lv, int
         int pts = k < 200 ? k : 200; /* at most 200 points per curve keeps the file small */
         for (int j = 0; j < pts; j++) {
             int idx = (int)((double)j * (k - 1) / (pts > 1 ? pts - 1 : 1));
-            double x = fmin(v[idx], xmax);
-            fprintf(f, "%.1f,%.1f ", NB_L + pw * x / xmax, NB_T + ph - ph * (idx + 1.0) / k);
+            double x = log10(fmax(v[idx], pow(10, l0)));
+            fprintf(f, "%.1f,%.1f ", NB_L + pw * (x - l0) / (l1 - l0), NB_T + ph - ph * (idx + 1.0) / k);
         }
-        fprintf(f, "'/>\n<text x='%d' y='%d' fill='%s'>%d concurrent</text>\n", NB_W - NB_R - 100, NB_T + 16 + 14 * i,
-                col, lv[i].concurrency);
+        fprintf(f, "'/>\n<text x='%d' y='%d' fill='%s'>%d concurrent</text>\n", NB_L + 8, NB_T + 16 + 14 * i, col,
+                lv[i].concurrency);
     }
     fprintf(f, "</svg>\n");
 }
