@@ -187,13 +187,31 @@ void nb_sample_token(nb_sampler *s, float *logits, const nb_sampling_params *sp,
                         break;
                     }
         } else {
-            int n = 0;
-            for (int i = 0; i < V; i++)
-                if (s->p[i] > 0) s->idx[n++] = i;
+            /* Sorting the whole vocabulary per token is far too slow at 150k entries.
+             * The kept set is a prefix of the order by p, so gather the tokens above a
+             * threshold t, lowering t until that candidate set provably contains the kept
+             * prefix: it holds >= top_k tokens, or more than top_p of the mass, or t has
+             * reached the min_p cut-off (below which nothing is kept anyway). */
+            float pmax = 0;
+            for (int i = 0; i < V; i++) pmax = s->p[i] > pmax ? s->p[i] : pmax;
+            float lo = sp->min_p > 0 ? sp->min_p * pmax : 0;
+            float t = NB_MAX(pmax * 0.125f, lo);
+            int n;
+            for (;;) {
+                double mass = 0;
+                n = 0;
+                for (int i = 0; i < V; i++)
+                    if (s->p[i] >= t && s->p[i] > 0) {
+                        s->idx[n++] = i;
+                        mass += s->p[i];
+                    }
+                if (t <= lo || (sp->top_k > 0 && n >= sp->top_k) || (sp->top_p < 1.0f && mass > sp->top_p)) break;
+                t *= 0.0625f;
+                if (t < lo || t < 1e-30f) t = lo;
+            }
             qsort_r(s->idx, (size_t)n, sizeof *s->idx, nb_cmp_desc, s->p);
             int keep = n;
             if (sp->top_k > 0 && sp->top_k < keep) keep = sp->top_k;
-            float pmax = n ? s->p[s->idx[0]] : 0;
             double before = 0;
             int k = 0;
             for (; k < keep; k++) {
