@@ -219,9 +219,15 @@ static enum MHD_Result nb_on_request(void *cls, struct MHD_Connection *c, const 
         s->n_conns++;
         pthread_mutex_unlock(&s->mu);
         if (is_post) {
+            /* Refuse before reading a body nobody will use. */
+            if (!strncmp(url, "/v1/", 4) && !nb_authorized(c, s)) {
+                ctx->too_large = 2;
+                return nb_error_reply(c, s, 401, "invalid_request_error", "invalid_api_key",
+                                      "missing or incorrect API key (send Authorization: Bearer KEY)");
+            }
             const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
             if (cl && strtoull(cl, NULL, 10) > s->p.max_body_bytes) {
-                ctx->too_large = 2; /* answered at once; the body is never read */
+                ctx->too_large = 2; /* answered at once; the body is never read (2: answered) */
                 char msg[128];
                 snprintf(msg, sizeof msg, "request body exceeds %zu bytes", s->p.max_body_bytes);
                 return nb_error_reply(c, s, 413, "invalid_request_error", "request_too_large", msg);
