@@ -97,6 +97,7 @@ static void test_syntax_errors_name_the_line(void)
     expect_error("{% break %}", NB_ERR_FORMAT, "outside of a loop");
     expect_error("{{ 'unterminated }}", NB_ERR_FORMAT, "unterminated string");
     expect_error("{# never closed", NB_ERR_FORMAT, "comment");
+    expect_error("{{ s[1:,:2] }}", NB_ERR_FORMAT, "slice"); /* found by fuzz_template */
 }
 
 static void test_runtime_errors(void)

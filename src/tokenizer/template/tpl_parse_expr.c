@@ -196,6 +196,9 @@ static nb_status parse_postfix(parser *P, tpl_node **node)
             if (items.n == 0) return tplp_fail(P, k->line, "%s", "expected a subscript");
             tpl_node *key = items.v[0];
             if (items.n > 1) {
+                /* x[a:b, c]: a tuple of slices indexes nothing jinja2 templates can build */
+                for (int j = 0; j < items.n; j++)
+                    if (items.v[j]->kind == N_SLICE) return tplp_fail(P, k->line, "%s", "a slice inside a tuple subscript is not supported");
                 MK(t, N_TUPLE, k->line);
                 t->args = items.v;
                 t->nargs = items.n;
