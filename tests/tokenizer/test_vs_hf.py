@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -353,56 +354,91 @@ def run(nibble, args, data=None):
     return p.stdout
 
 
+def parse_ids(line):
+    return [int(x) for x in line.split(",")] if line else []
+
+
+def run_batch_encode(nibble, d, texts, add_special, work):
+    """One `nibble tokenize --batch` call for texts (bytes without NUL)."""
+    path = os.path.join(work, "batch.bin")
+    with open(path, "wb") as f:
+        f.write(b"".join(t + b"\0" for t in texts))
+    out = run(nibble, ["tokenize", "--model", d, "--batch", path] + ([] if add_special else ["--no-special"]))
+    lines = out.decode().split("\n")
+    assert lines[-1] == "" and len(lines) == len(texts) + 1, "batch encode: %d lines for %d texts" % (
+        len(lines) - 1, len(texts))
+    return [parse_ids(x) for x in lines[:-1]]
+
+
+def run_batch_decode(nibble, d, id_lists, skip, stream, work):
+    """One `nibble detokenize --batch` call; returns the texts (str)."""
+    path = os.path.join(work, "ids.txt")
+    with open(path, "w") as f:
+        f.write("".join(",".join(map(str, ids)) + "\n" for ids in id_lists))
+    out = run(nibble, ["detokenize", "--model", d, "--batch", path] + (["--skip-special"] if skip else []) +
+              (["--stream"] if stream else []))
+    res, i = [], 0
+    while i < len(out):
+        nl = out.index(b"\n", i)
+        n = int(out[i:nl])
+        res.append(out[nl + 1:nl + 1 + n].decode("utf-8"))
+        i = nl + 1 + n
+    assert len(res) == len(id_lists), "batch decode: %d texts for %d id lists" % (len(res), len(id_lists))
+    return res
+
+
 def compare_model(nibble, name, ref, specials, d, work):
     fails = 0
     checks = 0
-    rng = random.Random(hash(name) & 0xffff)
-    for tname, raw in test_texts(specials):
-        path = os.path.join(work, "in.txt")
-        with open(path, "wb") as f:
-            f.write(raw)
-        text = raw.decode("utf-8", "replace")
-        for add_special in (True, False):
-            want = ref.encode(text, add_special_tokens=add_special).ids
-            args = ["tokenize", "--model", d, "--file", path] + ([] if add_special else ["--no-special"])
-            if tname.startswith("fixed") and raw and b"\0" not in raw and raw.decode("utf-8", "replace") == text \
-                    and not raw.startswith(b"-"):
-                args = ["tokenize", "--model", d, "--text", text] + ([] if add_special else ["--no-special"])
-            out = run(nibble, args).decode().strip()
-            got = [int(x) for x in out.split(",")] if out else []
-            checks += 1
-            if got != want:
-                fails += 1
-                print("FAIL %s/%s encode(add_special=%s) %r\n  want %s\n  got  %s" %
-                      (name, tname, add_special, text[:80], want[:40], got[:40]), file=sys.stderr)
+
+    def check(ok, msg):
+        nonlocal fails, checks
+        checks += 1
+        if not ok:
+            fails += 1
+            print("FAIL %s %s" % (name, msg), file=sys.stderr)
+
+    texts = test_texts(specials)
+    # encode: all texts in one process per setting (texts holding NUL go one by one through
+    # --file), and the single-text forms --text / --file on a few of them
+    for add_special in (True, False):
+        want = [ref.encode(raw.decode("utf-8", "replace"), add_special_tokens=add_special).ids for _, raw in texts]
+        batch = [i for i, (_, raw) in enumerate(texts) if b"\0" not in raw]
+        got = dict(zip(batch, run_batch_encode(nibble, d, [texts[i][1] for i in batch], add_special, work)))
+        for i, (tname, raw) in enumerate(texts):
+            if i in got and not (tname in ("fixed3", "fixed11", "special0") or tname.startswith("invalid")):
                 continue
-        ids = ref.encode(text, add_special_tokens=True).ids
-        if not ids:
-            continue
-        for skip in (False, True):
-            want = ref.decode(ids, skip_special_tokens=skip)
-            base = ["detokenize", "--model", d, "--ids", ",".join(map(str, ids))] + (["--skip-special"] if skip else [])
-            for stream in (False, True):
-                got = run(nibble, base + (["--stream"] if stream else [])).decode("utf-8")
-                checks += 1
-                if got != want:
-                    fails += 1
-                    print("FAIL %s/%s decode(skip=%s, stream=%s)\n  want %r\n  got  %r" %
-                          (name, tname, skip, stream, want[:120], got[:120]), file=sys.stderr)
-    # random id sequences: partial UTF-8, byte-fallback runs, specials anywhere
+            path = os.path.join(work, "in.txt")
+            with open(path, "wb") as f:
+                f.write(raw)
+            args = ["tokenize", "--model", d, "--file", path]
+            if tname in ("fixed3", "fixed11", "special0"):
+                args = ["tokenize", "--model", d, "--text", raw.decode()]
+            single = parse_ids(run(nibble, args + ([] if add_special else ["--no-special"])).decode().strip())
+            if i in got:
+                check(single == got[i], "%s: single-text encode differs from batch" % tname)
+            got[i] = single
+        for i, (tname, raw) in enumerate(texts):
+            check(got[i] == want[i], "%s encode(add_special=%s) %r\n  want %s\n  got  %s" %
+                  (tname, add_special, raw[:80], want[i][:40], got[i][:40]))
+    # decode: the ids of every text, plus random id sequences (partial UTF-8, byte-fallback
+    # runs, specials anywhere); plain and streamed, with and without special tokens
+    rng = random.Random(zlib.crc32(name.encode()))
     n = ref.get_vocab_size(with_added_tokens=True)
-    for i in range(40):
-        ids = [rng.randrange(n) for _ in range(rng.randint(1, 12))]
-        want = ref.decode(ids, skip_special_tokens=False)
+    id_lists = [ref.encode(raw.decode("utf-8", "replace")).ids for _, raw in texts]
+    id_lists += [[rng.randrange(n) for _ in range(rng.randint(1, 16))] for _ in range(300)]
+    for skip in (False, True):
+        want = [ref.decode(ids, skip_special_tokens=skip) for ids in id_lists]
         for stream in (False, True):
-            got = run(nibble, ["detokenize", "--model", d, "--ids", ",".join(map(str, ids))] +
-                      (["--stream"] if stream else [])).decode("utf-8")
-            checks += 1
-            if got != want:
-                fails += 1
-                print("FAIL %s random decode %s (stream=%s)\n  want %r\n  got  %r" % (name, ids, stream, want, got),
-                      file=sys.stderr)
-    print("%-9s %4d checks, %d failed" % (name, checks, fails), file=sys.stderr)
+            got = run_batch_decode(nibble, d, id_lists, skip, stream, work)
+            for ids, w, g in zip(id_lists, want, got):
+                check(g == w, "decode(skip=%s, stream=%s) %s\n  want %r\n  got  %r" % (skip, stream, ids[:20], w[:120],
+                                                                                     g[:120]))
+    # the single-sequence form --ids, on a few
+    for ids in id_lists[:3] + id_lists[-3:]:
+        got = run(nibble, ["detokenize", "--model", d, "--ids", ",".join(map(str, ids))]).decode("utf-8")
+        check(got == ref.decode(ids, skip_special_tokens=False), "detokenize --ids %s" % ids[:20])
+    print("%-12s %5d checks, %d failed" % (name, checks, fails), file=sys.stderr)
     return checks, fails
 
 
