@@ -67,9 +67,10 @@ nb_status nb_tile_print_table(FILE *f, int sm)
     /* nibble's MoE kernels: no staged main loop (operands go global -> registers); shared
      * memory holds the split-K partial sums only. m = weight rows, n = tokens per tile. */
     fprintf(f, "nibble MoE kernels (ops/cuda/moe_ffn.cu)\n");
-    const int ntv[3] = {1, 2, NB_MOE_NT_MMA};
-    const char *names[3] = {"moe stream (8 tokens)", "moe stream (16 tokens)", "moe mma"};
-    for (int r = 0; r < 3; r++) {
+    const int ntv[4] = {1, 2, NB_MOE_NT_MMA, 2 * NB_MOE_NT_MMA};
+    const char *names[4] = {"moe stream (8 tokens)", "moe stream (16 tokens)", "moe mma (32 tokens)",
+                            "moe mma (64 tokens)"};
+    for (int r = 0; r < 4; r++) {
         /* each warp: two 16-row tiles (gate+up, or two of down), K split over the block */
         nb_tile_config c = {names[r], 32, 8 * ntv[r], 64, 0.5, 2.0, 16, 0, NB_EPI_NONE, nb_moe_smem_bytes(ntv[r], 1)};
         row(f, &c, lim);

@@ -49,7 +49,7 @@ extern "C" {
 static inline size_t nb_moe_smem_bytes(int nt, int gate_up)
 {
     size_t red = (size_t)NB_MOE_WARPS * (size_t)(gate_up ? 2 : 1) * (size_t)nt * 4u * 32u * sizeof(float);
-    size_t stage = nt == NB_MOE_NT_MMA ? 2u * 8u * (size_t)nt * NB_MOE_B_ROW_BYTES : 0;
+    size_t stage = nt >= NB_MOE_NT_MMA ? 2u * 8u * (size_t)nt * NB_MOE_B_ROW_BYTES : 0;
     return red + stage;
 }
 

@@ -253,7 +253,7 @@ __device__ __forceinline__ uint4 ld_act(const uint16_t *p)
 // padded to MOE_BROW bytes so that the fragment reads (16 bytes at row*528 + 32*t) of a
 // quarter-warp hit distinct banks.
 #define MOE_BROW NB_MOE_B_ROW_BYTES
-#define MOE_STAGE_NT NB_MOE_NT_MMA
+#define MOE_STAGED(nt) ((nt) >= NB_MOE_NT_MMA)
 
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid)
 {
@@ -325,14 +325,35 @@ __device__ __forceinline__ void moe_group(const uint4 (&wa)[4], const uint4 (&wb
     for (int qq = 0; qq < 4; qq++) {
         uint32_t b[NT][8];
         if (SMEM) {
+            // Half a k-tile (two k-steps) of tokens at a time: 4 registers per fragment.
             const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+            uint32_t sga, sga8, sgb, sgb8;
+            expand_scales((qq < 2 ? sa.x : sa.y) >> ((qq & 1) * 16), sga, sga8);
+            expand_scales((qq < 2 ? sb.x : sb.y) >> ((qq & 1) * 16), sgb, sgb8);
+            const uint32_t wwa[4] = {wa[qq].x, wa[qq].y, wa[qq].z, wa[qq].w};
+            const uint32_t wwb[4] = {wb[qq].x, wb[qq].y, wb[qq].z, wb[qq].w};
 #pragma unroll
-            for (int j = 0; j < NT; j++) {
-                const char *r = bsm + (j * 8 + g) * MOE_BROW + qq * 128 + t * 32;
-                const uint4 lo = *(const uint4 *)r, hi = *(const uint4 *)(r + 16);
-                b[j][0] = lo.x, b[j][1] = lo.y, b[j][2] = lo.z, b[j][3] = lo.w;
-                b[j][4] = hi.x, b[j][5] = hi.y, b[j][6] = hi.z, b[j][7] = hi.w;
+            for (int h = 0; h < 2; h++) {
+                uint32_t bh[NT][4];
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    const uint4 v = *(const uint4 *)(bsm + (j * 8 + g) * MOE_BROW + qq * 128 + t * 32 + h * 16);
+                    bh[j][0] = v.x, bh[j][1] = v.y, bh[j][2] = v.z, bh[j][3] = v.w;
+                }
+#pragma unroll
+                for (int s2 = 0; s2 < 2; s2++) {
+                    uint32_t a[4];
+                    expand_codes(wwa[2 * h + s2], sga, sga8, a);
+#pragma unroll
+                    for (int j = 0; j < NT; j++)
+                        mma_bf16(acca[j], a[0], a[1], a[2], a[3], bh[j][2 * s2], bh[j][2 * s2 + 1]);
+                    expand_codes(wwb[2 * h + s2], sgb, sgb8, a);
+#pragma unroll
+                    for (int j = 0; j < NT; j++)
+                        mma_bf16(accb[j], a[0], a[1], a[2], a[3], bh[j][2 * s2], bh[j][2 * s2 + 1]);
+                }
             }
+            continue;
         } else if (dn) {
             moe_load_b<NT, true>(brow, kg * 4 + qq, b);
         } else {
@@ -381,8 +402,9 @@ __device__ __forceinline__ void moe_item(const moe_params &p, moe_smem_probe<NT>
     // next group's loads are in flight while this one is expanded and multiplied.
     uint4 ca[4], cb[4], na[4], nb[4];
     uint2 csa = make_uint2(0, 0), csb = csa, nsa = csa, nsb = csa;
-    if (NT == MOE_STAGE_NT && ks == 1) {
-        // Staged tokens: every warp runs the same k-groups, so the barriers are uniform.
+    if (MOE_STAGED(NT)) {
+        // Staged tokens (the launcher sets ks = 1): every warp runs the same k-groups, so the
+        // barriers are uniform.
         char *const bufs[2] = {stage, stage + 8 * NT * MOE_BROW};
         moe_stage_tokens<NT>(bufs[0], bbase, row, 0);
         moe_load_group(wap, wbp, sap, sbp, 0, ca, cb, csa, csb);
@@ -401,7 +423,7 @@ __device__ __forceinline__ void moe_item(const moe_params &p, moe_smem_probe<NT>
             for (int qq = 0; qq < 4; qq++) ca[qq] = na[qq], cb[qq] = nb[qq];
             csa = nsa, csb = nsb;
         }
-    } else {
+    } else if (!MOE_STAGED(NT)) {
         if (kg0 < kg1) moe_load_group(wap, wbp, sap, sbp, kg0, ca, cb, csa, csb);
         for (int kg = kg0; kg < kg1; kg++) {
             if (kg + 1 < kg1) moe_load_group(wap, wbp, sap, sbp, kg + 1, na, nb, nsa, nsb);
@@ -483,7 +505,7 @@ __device__ __forceinline__ void add_release(int *p, int v)
 
 // Blocks per SM the register cap aims at: 16 warps for one fragment (the stream regime needs
 // many independent loads in flight), fewer as the accumulators grow.
-#define MOE_MIN_BLOCKS(nt) ((nt) == 1 ? 4 : (nt) == 2 ? 3 : 2)
+#define MOE_MIN_BLOCKS(nt) ((nt) == 1 ? 4 : (nt) == 2 ? 3 : (nt) == 4 ? 2 : 1)
 
 // Persistent, dynamically scheduled: blocks take items in order from one counter:
 //   [zeroing chunks of out] [gate_up items, tile-major] [down items, tile-major].
@@ -574,10 +596,11 @@ static int moe_k_split(int tokens, int topk, int experts, int pairs)
     return tasks >= 132 * 16 ? 1 : tasks >= 132 * 8 ? 2 : 4;
 }
 
-// Token fragments per warp: 1 in the stream kernel up to 4 tokens per expert, else 2.
+// Token fragments per warp: 1 in the stream kernel up to 4 tokens per expert, else 2; the
+// mma kernel 4, or 8 (64-token tiles) from 48 tokens per expert.
 static int moe_nt(nb_moe_kernel k, double tokens_per_expert)
 {
-    if (k == NB_MOE_KERNEL_MMA) return NB_MOE_NT_MMA;
+    if (k == NB_MOE_KERNEL_MMA) return tokens_per_expert >= 48.0 ? 2 * NB_MOE_NT_MMA : NB_MOE_NT_MMA;
     return tokens_per_expert <= 4.0 ? 1 : 2;
 }
 
@@ -622,7 +645,7 @@ static nb_status moe_launch_ffn(const moe_params &p, cudaStream_t st)
         NB_CUDA_TRY(cudaGetDevice(&dev));
         NB_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     }
-    const size_t dyn = NT == MOE_STAGE_NT ? (size_t)2 * 8 * NT * MOE_BROW : 0;
+    const size_t dyn = MOE_STAGED(NT) ? (size_t)2 * 8 * NT * MOE_BROW : 0;
     const size_t smem = nb_moe_smem_bytes(NT, 1);
     if (smem != sizeof(moe_smem_probe<NT>) + dyn || smem > (size_t)optin)
         return nb_error(NB_ERR_UNSUPPORTED,
@@ -693,10 +716,12 @@ static nb_status moe_forward_impl(const nb_moe_weights_dev *w, const nb_moe_desc
     p.zero_elems = d->accumulate ? 0 : (size_t)d->tokens * w->hidden;
     p.ks_gu = moe_k_split(d->tokens, topk, w->experts, w->inter / 16);
     p.ks_dn = moe_k_split(d->tokens, topk, w->experts, w->hidden / 32);
+    if (nt >= NB_MOE_NT_MMA) p.ks_gu = p.ks_dn = 1;  // the mma kernel stages tokens per block
     switch (nt) {
     case 1: return moe_launch_ffn<1>(p, st);
     case 2: return moe_launch_ffn<2>(p, st);
-    default: return moe_launch_ffn<NB_MOE_NT_MMA>(p, st);
+    case NB_MOE_NT_MMA: return moe_launch_ffn<NB_MOE_NT_MMA>(p, st);
+    default: return moe_launch_ffn<2 * NB_MOE_NT_MMA>(p, st);
     }
 }
 
