@@ -1,6 +1,7 @@
-/* ops.h plumbing: tensor views, contexts with scratch memory, and the dispatch of each
- * nb_op_<op> to its backend (CPU here; a CUDA context answers NB_ERR_UNSUPPORTED until the
- * CUDA backend registers its ops in this file). Exercised by tests/ops/. */
+/* ops.h plumbing: tensor views, contexts with scratch memory, backend memory, and the one
+ * table that maps each nb_op_<op> to its backend: nb_cpu_<op> (ops/cpu/cpu_ops.h) for CPU
+ * contexts, nb_cuda_<op> (ops/cuda/cuda_ops.h) for CUDA contexts in CUDA builds.
+ * Exercised by tests/ops/ (CPU) and tests/cuda_ops/test_cuda_vs_cpu.c (both). */
 #include "ops/ops.h"
 
 #include <stdlib.h>
@@ -9,6 +10,9 @@
 
 #include "base/error.h"
 #include "ops/cpu/cpu_ops.h"
+#if NIBBLE_HAVE_CUDA
+#include "ops/cuda/cuda_ops.h"
+#endif
 
 static nb_tensor tensor_nd(void *data, nb_dtype dt, int ndim, const int64_t *shape)
 {
@@ -70,9 +74,37 @@ nb_status nb_ops_ctx_new_cpu(int n_threads, nb_ops_ctx **out)
     return NB_OK;
 }
 
+nb_status nb_ops_ctx_new_cuda(int device, nb_ops_ctx **out)
+{
+    *out = NULL;
+#if NIBBLE_HAVE_CUDA
+    nb_ops_ctx *c = calloc(1, sizeof *c);
+    if (!c) return nb_error(NB_ERR_OUT_OF_MEMORY, "ops: context");
+    c->device = NB_DEVICE_CUDA;
+    c->n_threads = 1;
+    nb_status st = nb_cuda_ctx_init(c, device);
+    if (st != NB_OK) {
+        free(c);
+        return st;
+    }
+    *out = c;
+    return NB_OK;
+#else
+    (void)device;
+    return nb_error(NB_ERR_UNSUPPORTED, "ops: this build has no CUDA backend (configure with nvcc present)");
+#endif
+}
+
 void nb_ops_ctx_free(nb_ops_ctx *ctx)
 {
     if (!ctx) return;
+#if NIBBLE_HAVE_CUDA
+    if (ctx->device == NB_DEVICE_CUDA) {
+        nb_cuda_ctx_release(ctx);
+        free(ctx);
+        return;
+    }
+#endif
     for (int i = 0; i < NB_OPS_SCRATCH_SLOTS; i++) free(ctx->scratch[i]);
     free(ctx);
 }
@@ -82,6 +114,9 @@ nb_device nb_ops_ctx_device(const nb_ops_ctx *ctx) { return ctx->device; }
 void *nb_ops_scratch(nb_ops_ctx *ctx, int slot, size_t bytes)
 {
     NB_ASSERT(slot >= 0 && slot < NB_OPS_SCRATCH_SLOTS);
+#if NIBBLE_HAVE_CUDA
+    if (ctx->device == NB_DEVICE_CUDA) return nb_cuda_scratch(ctx, slot, bytes);
+#endif
     if (bytes == 0) bytes = 1;
     if (ctx->scratch_size[slot] < bytes) {
         /* Grow geometrically so a sequence of slightly larger requests does not realloc each time. */
@@ -98,12 +133,88 @@ void *nb_ops_scratch(nb_ops_ctx *ctx, int slot, size_t bytes)
     return ctx->scratch[slot];
 }
 
-/* Each op refuses a context of another backend than the ones compiled in. */
+void *nb_ops_alloc(nb_ops_ctx *ctx, size_t bytes)
+{
+#if NIBBLE_HAVE_CUDA
+    if (ctx->device == NB_DEVICE_CUDA) return nb_cuda_mem_alloc(ctx, bytes);
+#endif
+    void *p = aligned_alloc(64, (NB_MAX(bytes, 1) + 63) / 64 * 64);
+    if (!p) nb_error(NB_ERR_OUT_OF_MEMORY, "ops: %zu bytes", bytes);
+    return p;
+}
+
+void nb_ops_free(nb_ops_ctx *ctx, void *p)
+{
+#if NIBBLE_HAVE_CUDA
+    if (ctx->device == NB_DEVICE_CUDA) {
+        nb_cuda_mem_free(ctx, p);
+        return;
+    }
+#endif
+    free(p);
+}
+
+nb_status nb_ops_upload(nb_ops_ctx *ctx, void *dst, const void *src_host, size_t bytes)
+{
+#if NIBBLE_HAVE_CUDA
+    if (ctx->device == NB_DEVICE_CUDA) return nb_cuda_mem_upload(ctx, dst, src_host, bytes);
+#endif
+    if (bytes) memmove(dst, src_host, bytes);
+    return NB_OK;
+}
+
+nb_status nb_ops_download(nb_ops_ctx *ctx, void *dst_host, const void *src, size_t bytes)
+{
+#if NIBBLE_HAVE_CUDA
+    if (ctx->device == NB_DEVICE_CUDA) return nb_cuda_mem_download(ctx, dst_host, src, bytes);
+#endif
+    if (bytes) memmove(dst_host, src, bytes);
+    return NB_OK;
+}
+
+nb_status nb_ops_memset(nb_ops_ctx *ctx, void *dst, int byte, size_t bytes)
+{
+#if NIBBLE_HAVE_CUDA
+    if (ctx->device == NB_DEVICE_CUDA) return nb_cuda_mem_set(ctx, dst, byte, bytes);
+#endif
+    if (bytes) memset(dst, byte, bytes);
+    return NB_OK;
+}
+
+nb_status nb_ops_sync(nb_ops_ctx *ctx)
+{
+#if NIBBLE_HAVE_CUDA
+    if (ctx->device == NB_DEVICE_CUDA) return nb_cuda_sync(ctx);
+#endif
+    return NB_OK;
+}
+
+/* The dispatch table: each op goes to the implementation of its context's backend, and
+ * refuses a context of a backend not compiled in. */
+#if NIBBLE_HAVE_CUDA
+#define NB_DISPATCH(op, call)                                                                  \
+    do {                                                                                       \
+        if (ctx->device == NB_DEVICE_CPU) return nb_cpu_##call;                                \
+        if (ctx->device == NB_DEVICE_CUDA) return nb_cuda_##call;                              \
+        return nb_error(NB_ERR_UNSUPPORTED, "%s: no implementation for this device", op);      \
+    } while (0)
+#else
 #define NB_DISPATCH(op, call)                                                                  \
     do {                                                                                       \
         if (ctx->device == NB_DEVICE_CPU) return nb_cpu_##call;                                \
         return nb_error(NB_ERR_UNSUPPORTED, "%s: no implementation for this device", op);      \
     } while (0)
+#endif
+
+nb_status nb_op_set_rows(nb_ops_ctx *ctx, const nb_tensor *src, const int32_t *rows, nb_tensor *dst)
+{
+    NB_DISPATCH("set_rows", set_rows(ctx, src, rows, dst));
+}
+nb_status nb_op_get_rows(nb_ops_ctx *ctx, const nb_tensor *x, const int32_t *rows, nb_tensor *out)
+{
+    NB_DISPATCH("get_rows", get_rows(ctx, x, rows, out));
+}
+nb_status nb_op_scale(nb_ops_ctx *ctx, nb_tensor *x, float s) { NB_DISPATCH("scale", scale(ctx, x, s)); }
 
 nb_status nb_op_embedding(nb_ops_ctx *ctx, const nb_weight *table, const int32_t *ids, int n, nb_tensor *out)
 {

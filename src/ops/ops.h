@@ -27,6 +27,10 @@
 #include "format/dtype.h"
 #include "nibble.h"
 
+#ifdef __cplusplus /* the CUDA ops (.cu, compiled as C++) include this header */
+extern "C" {
+#endif
+
 #define NB_TENSOR_MAX_DIMS 4
 
 typedef enum nb_device { NB_DEVICE_CPU = 0, NB_DEVICE_CUDA } nb_device;
@@ -100,6 +104,35 @@ nb_device nb_ops_ctx_device(const nb_ops_ctx *ctx);
  * with the same slot (slots 0..7 are independent). Ops use slots 0..3; callers (the
  * forward pass) may use 4..7. NULL on allocation failure (error set). */
 void *nb_ops_scratch(nb_ops_ctx *ctx, int slot, size_t bytes);
+
+/* A CUDA context on GPU `device`: its own stream, cuBLASLt handle and device scratch. The
+ * tensors, weights and index arrays (pos, slot tables, ids, selections, norm weights)
+ * given to its ops live in that GPU's memory; ops enqueue work on the stream and return
+ * without waiting. Indices in device memory are not validated (that would need a host
+ * round trip): kernels skip out-of-range rows instead of faulting, and callers (the
+ * forward pass) validate on the host first. NB_ERR_UNSUPPORTED in builds without CUDA,
+ * NB_ERR_CUDA without a usable GPU. */
+nb_status nb_ops_ctx_new_cuda(int device, nb_ops_ctx **out);
+
+/* Memory of the context's backend: host memory on CPU, device memory on CUDA (NULL and an
+ * error when it cannot be had). upload copies host bytes in, in stream order (src may be
+ * reused on return); download waits for the stream and copies bytes out; sync waits. */
+void *nb_ops_alloc(nb_ops_ctx *ctx, size_t bytes);
+void nb_ops_free(nb_ops_ctx *ctx, void *p);
+nb_status nb_ops_upload(nb_ops_ctx *ctx, void *dst, const void *src_host, size_t bytes);
+nb_status nb_ops_download(nb_ops_ctx *ctx, void *dst_host, const void *src, size_t bytes);
+nb_status nb_ops_memset(nb_ops_ctx *ctx, void *dst, int byte, size_t bytes);
+nb_status nb_ops_sync(nb_ops_ctx *ctx);
+
+/* ---- row movement (the KV pool writes and the logit rows of the forward pass) --------- */
+
+/* dst[rows[t], :] = src[t, :]. src: F32 [T, w]; dst: F32 [n, w] (row stride free); rows: I32
+ * [T] on the op's device. A row outside [0, n) is NB_ERR_INVALID_ARG on CPU, skipped on CUDA. */
+nb_status nb_op_set_rows(nb_ops_ctx *ctx, const nb_tensor *src, const int32_t *rows, nb_tensor *dst);
+/* out[r, :] = x[rows[r], :]. x: F32 [T, w]; out: F32 [R, w]; rows I32 [R] on the op's device. */
+nb_status nb_op_get_rows(nb_ops_ctx *ctx, const nb_tensor *x, const int32_t *rows, nb_tensor *out);
+/* x *= s elementwise. x: F32 [rows, cols]. */
+nb_status nb_op_scale(nb_ops_ctx *ctx, nb_tensor *x, float s);
 
 /* ---- elementwise and norms -------------------------------------------------------------- */
 
@@ -247,5 +280,9 @@ typedef struct nb_moe_weights {
  * dequantized once (block of rows at a time) for all the tokens routed to it. */
 nb_status nb_op_moe_experts(nb_ops_ctx *ctx, const nb_tensor *x, const nb_tensor *ids, const nb_tensor *weights,
                             const nb_moe_weights *w, int accumulate, nb_tensor *out);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -19,6 +19,7 @@ struct nb_ops_ctx {
     void *scratch[NB_OPS_SCRATCH_SLOTS];
     size_t scratch_size[NB_OPS_SCRATCH_SLOTS];
     void *stream; /* CUDA stream of a CUDA context; NULL on CPU */
+    void *cuda;   /* CUDA backend state (ops/cuda/cuda_ops.h); NULL on CPU */
 };
 
 /* Run fn(arg, begin, end, thread) over [0, n) split into contiguous ranges, one per thread
@@ -64,6 +65,9 @@ nb_status nb_cpu_dsa_select(nb_ops_ctx *ctx, const nb_tensor *q, const nb_tensor
                             int32_t *sel_count);
 nb_status nb_cpu_moe_route(nb_ops_ctx *ctx, const nb_tensor *logits, const nb_router_params *p, nb_tensor *ids,
                            nb_tensor *weights);
+nb_status nb_cpu_set_rows(nb_ops_ctx *ctx, const nb_tensor *src, const int32_t *rows, nb_tensor *dst);
+nb_status nb_cpu_get_rows(nb_ops_ctx *ctx, const nb_tensor *x, const int32_t *rows, nb_tensor *out);
+nb_status nb_cpu_scale(nb_ops_ctx *ctx, nb_tensor *x, float s);
 nb_status nb_cpu_moe_experts(nb_ops_ctx *ctx, const nb_tensor *x, const nb_tensor *ids, const nb_tensor *weights,
                              const nb_moe_weights *w, int accumulate, nb_tensor *out);
 

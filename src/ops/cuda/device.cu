@@ -30,3 +30,10 @@ extern "C" int nb_cuda_test_require_gpu(void)
     fprintf(stderr, "SKIP: no CUDA device (this test runs on the GPU machine: ctest -L gpu)\n");
     return 0;
 }
+
+extern "C" nb_status nb_cuda_mem_info(int dev, size_t *free_bytes, size_t *total_bytes)
+{
+    NB_CUDA_TRY(cudaSetDevice(dev));
+    NB_CUDA_TRY(cudaMemGetInfo(free_bytes, total_bytes));
+    return NB_OK;
+}

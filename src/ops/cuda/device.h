@@ -15,6 +15,9 @@ int nb_cuda_device_count(void);
 /* Fill a one-line description ("NVIDIA H200, sm_90, 132 SMs, 139.8 GiB, 227 KiB smem/block"). */
 nb_status nb_cuda_device_describe(int dev, char *buf, int n);
 
+/* Free and total bytes of device memory on `dev` (cudaMemGetInfo). */
+nb_status nb_cuda_mem_info(int dev, size_t *free_bytes, size_t *total_bytes);
+
 /* For GPU tests: returns 1 when a device is present; otherwise prints why the test
  * skips and returns 0 (the caller then exits 77). */
 int nb_cuda_test_require_gpu(void);

@@ -1,0 +1,372 @@
+// CUDA attention over the slot-addressed KV pool (ops.h): grouped-query attention, MLA in
+// the absorbed form, and the DSA indexer's scores with a per-token top-k.
+// Attention kernels use one block per (token, head); each warp walks a share of the attended
+// positions with an online softmax (running max, sum and output), and the warps' partial
+// results are merged at the end, so no score buffer sized by the context is needed. Head
+// dimensions live in registers, 32 lanes x NB_ATT_MAXD.
+// MLA: NB_MLA_NAIVE and NB_MLA_ABSORBED both run the absorbed kernel (the two forms compute
+// the same function; ops.h). The DSA top-k keeps the best `topk` (score, position) keys in
+// shared memory and merges each chunk of new positions into them by a bitonic sort; keys
+// order by score descending, then position ascending (the CPU op's tie rule).
+// Exercised by tests/cuda_ops/test_cuda_vs_cpu.c (attention*, mla*, dsa_select*).
+#include <math.h>
+
+#include "ops/cuda/common.cuh"
+
+#define NB_ATT_WARPS 4
+#define NB_ATT_MAXD 16 /* head / latent dims per lane: up to 512 */
+#define NB_ATT_MAXR 4  /* MLA rope dims per lane: up to 128 */
+
+typedef struct att_sel {
+    const int32_t *pos, *count;
+    int stride;
+} att_sel;
+
+// Position index t of token i's attended list -> pool row, or -1 to skip.
+__device__ __forceinline__ int64_t att_row(const nb_attn_index &idx, const att_sel &sel, int i, int t, int pos,
+                                           int64_t pool_rows)
+{
+    int p = sel.pos ? sel.pos[(int64_t)i * sel.stride + t] : t;
+    if (p < 0 || p > pos) return -1;
+    int64_t row = idx.slot_table[idx.slot_base[i] + p];
+    return row >= 0 && row < pool_rows ? row : -1;
+}
+
+__device__ __forceinline__ int att_count(const nb_attn_index &idx, const att_sel &sel, int i)
+{
+    if (!sel.pos) return idx.pos[i] + 1;
+    int n = sel.count[i];
+    return n < 0 ? 0 : n > sel.stride ? sel.stride : n;
+}
+
+// Merge the warps' (m, l, acc[dims]) into out[dims] (normalized). sh: NB_ATT_WARPS * (2 +
+// dims) floats. Called by every thread of the block.
+__device__ void att_merge(float m, float l, const float *acc, int dims, float *sh, float *out)
+{
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float *sm = sh, *sl = sh + NB_ATT_WARPS, *sa = sh + 2 * NB_ATT_WARPS;
+    if (lane == 0) {
+        sm[w] = m;
+        sl[w] = l;
+    }
+#pragma unroll
+    for (int j = 0; j < NB_ATT_MAXD; j++) {
+        int c = lane + 32 * j;
+        if (c < dims) sa[w * dims + c] = acc[j];
+    }
+    __syncthreads();
+    float M = -INFINITY;
+    for (int i = 0; i < NB_ATT_WARPS; i++) M = fmaxf(M, sm[i]);
+    float L = 0;
+    for (int i = 0; i < NB_ATT_WARPS; i++)
+        if (sm[i] > -INFINITY) L += sl[i] * expf(sm[i] - M);
+    for (int c = threadIdx.x; c < dims; c += blockDim.x) {
+        float s = 0;
+        for (int i = 0; i < NB_ATT_WARPS; i++)
+            if (sm[i] > -INFINITY) s += sa[i * dims + c] * expf(sm[i] - M);
+        out[c] = L > 0 ? s / L : 0.0f;
+    }
+}
+
+__global__ void k_gqa(const float *q, int64_t qs0, int64_t qs1, const float *kp, int64_t ks0, int64_t ks1,
+                      const float *vp, int64_t vs0, int64_t vs1, int hd, int vd, int n_heads, int group,
+                      nb_attn_index idx, att_sel sel, float scale, int64_t pool_rows, float *out, int64_t os0,
+                      int64_t os1)
+{
+    extern __shared__ float sh[];
+    const int i = blockIdx.x / n_heads, h = blockIdx.x % n_heads, kvh = h / group;
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const float *qr = q + (int64_t)i * qs0 + (int64_t)h * qs1;
+    float qv[NB_ATT_MAXD], acc[NB_ATT_MAXD];
+#pragma unroll
+    for (int j = 0; j < NB_ATT_MAXD; j++) {
+        int c = lane + 32 * j;
+        qv[j] = c < hd ? qr[c] : 0.0f;
+        acc[j] = 0.0f;
+    }
+    const int pos = idx.pos[i], n = att_count(idx, sel, i);
+    float m = -INFINITY, l = 0.0f;
+    for (int t = w; t < n; t += NB_ATT_WARPS) {
+        int64_t row = att_row(idx, sel, i, t, pos, pool_rows);
+        if (row < 0) continue;
+        const float *kr = kp + row * ks0 + (int64_t)kvh * ks1;
+        float s = 0;
+#pragma unroll
+        for (int j = 0; j < NB_ATT_MAXD; j++) {
+            int c = lane + 32 * j;
+            if (c < hd) s += qv[j] * kr[c];
+        }
+        s = __shfl_sync(0xffffffffu, nb_d_warp_sum(s), 0) * scale;
+        float mn = fmaxf(m, s), corr = expf(m - mn), pe = expf(s - mn);
+        l = l * corr + pe;
+        const float *vr = vp + row * vs0 + (int64_t)kvh * vs1;
+#pragma unroll
+        for (int j = 0; j < NB_ATT_MAXD; j++) {
+            int c = lane + 32 * j;
+            if (c < vd) acc[j] = acc[j] * corr + pe * vr[c];
+        }
+        m = mn;
+    }
+    att_merge(m, l, acc, vd, sh, out + (int64_t)i * os0 + (int64_t)h * os1);
+}
+
+static att_sel make_sel(const nb_attn_select *sel)
+{
+    att_sel s = {NULL, NULL, 0};
+    if (sel) s = (att_sel){sel->pos, sel->count, sel->stride};
+    return s;
+}
+
+static size_t merge_smem(int dims) { return (size_t)NB_ATT_WARPS * (2 + (size_t)dims) * sizeof(float); }
+
+extern "C" nb_status nb_cuda_attention(nb_ops_ctx *ctx, const nb_tensor *q, const nb_tensor *k_pool,
+                                       const nb_tensor *v_pool, const nb_attn_index *idx, const nb_attn_select *sel,
+                                       float scale, nb_tensor *out)
+{
+    NB_TRY(nb_cuda_check_f32("attention", "q", q, 3));
+    NB_TRY(nb_cuda_check_f32("attention", "k_pool", k_pool, 3));
+    NB_TRY(nb_cuda_check_f32("attention", "v_pool", v_pool, 3));
+    NB_TRY(nb_cuda_check_f32("attention", "out", out, 3));
+    const int64_t T = q->shape[0], nh = q->shape[1], nkv = k_pool->shape[1];
+    if (T != idx->n_tokens || out->shape[0] != T || out->shape[1] != nh || nkv <= 0 || nh % nkv ||
+        v_pool->shape[1] != nkv || k_pool->shape[2] != q->shape[2] || out->shape[2] != v_pool->shape[2] ||
+        v_pool->shape[0] != k_pool->shape[0])
+        return nb_error(NB_ERR_INVALID_ARG, "attention: q [%lld, %lld, %lld], k_pool [.., %lld, %lld], v_pool [.., %lld, "
+                        "%lld], out [%lld, %lld, %lld], %d index tokens do not agree",
+                        (long long)T, (long long)nh, (long long)q->shape[2], (long long)nkv, (long long)k_pool->shape[2],
+                        (long long)v_pool->shape[1], (long long)v_pool->shape[2], (long long)out->shape[0],
+                        (long long)out->shape[1], (long long)out->shape[2], idx->n_tokens);
+    const int hd = (int)q->shape[2], vd = (int)v_pool->shape[2];
+    if (hd > 32 * NB_ATT_MAXD || vd > 32 * NB_ATT_MAXD)
+        return nb_error(NB_ERR_UNSUPPORTED, "attention: head dims %d / %d above %d", hd, vd, 32 * NB_ATT_MAXD);
+    if (T == 0) return NB_OK;
+    k_gqa<<<(unsigned)(T * nh), 32 * NB_ATT_WARPS, merge_smem(vd), nb_cuda_stream(ctx)>>>(
+        (const float *)q->data, q->stride[0], q->stride[1], (const float *)k_pool->data, k_pool->stride[0],
+        k_pool->stride[1], (const float *)v_pool->data, v_pool->stride[0], v_pool->stride[1], hd, vd, (int)nh,
+        (int)(nh / nkv), *idx, make_sel(sel), scale, k_pool->shape[0], (float *)out->data, out->stride[0],
+        out->stride[1]);
+    NB_CUDA_LAUNCHED("attention");
+    return NB_OK;
+}
+
+// MLA, absorbed. W: kv_b dequantized to F32 [n_heads * (nope + v), r] (per head: nope rows
+// W_uk then v rows W_uv). Shared memory: q_lat [r], o_lat [r], merge area.
+__global__ void k_mla(const float *q, int64_t qs0, int64_t qs1, const float *lat, int64_t ls0, const float *kpe,
+                      int64_t ps0, const float *W, nb_mla_dims d, nb_attn_index idx, att_sel sel, float scale,
+                      int64_t pool_rows, float *out, int64_t os0, int64_t os1)
+{
+    extern __shared__ float sh[];
+    const int r = d.kv_lora_rank, hs = d.qk_nope + d.v_dim;
+    float *q_lat = sh, *o_lat = sh + r, *msh = sh + 2 * r;
+    const int i = blockIdx.x / d.n_heads, h = blockIdx.x % d.n_heads;
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const float *qr = q + (int64_t)i * qs0 + (int64_t)h * qs1;
+    const float *wuk = W + (int64_t)h * hs * r, *wuv = wuk + (int64_t)d.qk_nope * r;
+    for (int c = threadIdx.x; c < r; c += blockDim.x) {
+        float s = 0;
+        for (int a = 0; a < d.qk_nope; a++) s += qr[a] * wuk[(int64_t)a * r + c];
+        q_lat[c] = s;
+    }
+    __syncthreads();
+    float ql[NB_ATT_MAXD], qp[NB_ATT_MAXR], acc[NB_ATT_MAXD];
+#pragma unroll
+    for (int j = 0; j < NB_ATT_MAXD; j++) {
+        int c = lane + 32 * j;
+        ql[j] = c < r ? q_lat[c] : 0.0f;
+        acc[j] = 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < NB_ATT_MAXR; j++) {
+        int c = lane + 32 * j;
+        qp[j] = c < d.qk_rope ? qr[d.qk_nope + c] : 0.0f;
+    }
+    const int pos = idx.pos[i], n = att_count(idx, sel, i);
+    float m = -INFINITY, l = 0.0f;
+    for (int t = w; t < n; t += NB_ATT_WARPS) {
+        int64_t row = att_row(idx, sel, i, t, pos, pool_rows);
+        if (row < 0) continue;
+        const float *lr = lat + row * ls0, *pr = kpe + row * ps0;
+        float lv[NB_ATT_MAXD];
+        float s = 0;
+#pragma unroll
+        for (int j = 0; j < NB_ATT_MAXD; j++) {
+            int c = lane + 32 * j;
+            lv[j] = c < r ? lr[c] : 0.0f;
+            s += ql[j] * lv[j];
+        }
+#pragma unroll
+        for (int j = 0; j < NB_ATT_MAXR; j++) {
+            int c = lane + 32 * j;
+            if (c < d.qk_rope) s += qp[j] * pr[c];
+        }
+        s = __shfl_sync(0xffffffffu, nb_d_warp_sum(s), 0) * scale;
+        float mn = fmaxf(m, s), corr = expf(m - mn), pe = expf(s - mn);
+        l = l * corr + pe;
+#pragma unroll
+        for (int j = 0; j < NB_ATT_MAXD; j++) acc[j] = acc[j] * corr + pe * lv[j];
+        m = mn;
+    }
+    att_merge(m, l, acc, r, msh, o_lat);
+    __syncthreads();
+    float *o = out + (int64_t)i * os0 + (int64_t)h * os1;
+    for (int v = w; v < d.v_dim; v += NB_ATT_WARPS) {
+        const float *wr = wuv + (int64_t)v * r;
+        float s = 0;
+        for (int c = lane; c < r; c += 32) s += wr[c] * o_lat[c];
+        s = nb_d_warp_sum(s);
+        if (lane == 0) o[v] = s;
+    }
+}
+
+extern "C" nb_status nb_cuda_mla_attention(nb_ops_ctx *ctx, nb_mla_mode mode, const nb_mla_dims *d,
+                                           const nb_tensor *q, const nb_tensor *latent_pool, const nb_tensor *kpe_pool,
+                                           const nb_weight *kv_b, const nb_attn_index *idx, const nb_attn_select *sel,
+                                           float scale, nb_tensor *out)
+{
+    NB_TRY(nb_cuda_check_f32("mla_attention", "q", q, 3));
+    NB_TRY(nb_cuda_check_f32("mla_attention", "latent_pool", latent_pool, 2));
+    NB_TRY(nb_cuda_check_f32("mla_attention", "kpe_pool", kpe_pool, 2));
+    NB_TRY(nb_cuda_check_f32("mla_attention", "out", out, 3));
+    NB_TRY(nb_cuda_check_weight("mla_attention kv_b", kv_b));
+    const int64_t T = q->shape[0];
+    const int hs = d->qk_nope + d->v_dim, r = d->kv_lora_rank;
+    if (T != idx->n_tokens || q->shape[1] != d->n_heads || q->shape[2] != d->qk_nope + d->qk_rope ||
+        latent_pool->shape[1] != r || kpe_pool->shape[1] != d->qk_rope || kpe_pool->shape[0] != latent_pool->shape[0] ||
+        kv_b->n != (int64_t)d->n_heads * hs || kv_b->k != r || out->shape[0] != T || out->shape[1] != d->n_heads ||
+        out->shape[2] != d->v_dim)
+        return nb_error(NB_ERR_INVALID_ARG,
+                        "mla_attention: shapes disagree with dims (heads %d, nope %d, rope %d, v %d, rank %d): "
+                        "q [%lld, %lld, %lld], latent [%lld, %lld], kpe [.., %lld], kv_b [%lld, %lld]",
+                        d->n_heads, d->qk_nope, d->qk_rope, d->v_dim, r, (long long)T, (long long)q->shape[1],
+                        (long long)q->shape[2], (long long)latent_pool->shape[0], (long long)latent_pool->shape[1],
+                        (long long)kpe_pool->shape[1], (long long)kv_b->n, (long long)kv_b->k);
+    if (r > 32 * NB_ATT_MAXD || d->qk_rope > 32 * NB_ATT_MAXR)
+        return nb_error(NB_ERR_UNSUPPORTED, "mla_attention: kv_lora_rank %d (max %d) or rope dim %d (max %d)", r,
+                        32 * NB_ATT_MAXD, d->qk_rope, 32 * NB_ATT_MAXR);
+    (void)mode; /* both forms run the absorbed kernel: the same function (ops.h) */
+    if (T == 0) return NB_OK;
+    float *W = (float *)nb_cuda_scratch(ctx, 3, (size_t)kv_b->n * (size_t)r * sizeof(float));
+    if (!W) return NB_ERR_OUT_OF_MEMORY;
+    NB_TRY(nb_cuda_dequant(ctx, kv_b, NULL, W));
+    size_t smem = 2 * (size_t)r * sizeof(float) + merge_smem(r);
+    k_mla<<<(unsigned)(T * d->n_heads), 32 * NB_ATT_WARPS, smem, nb_cuda_stream(ctx)>>>(
+        (const float *)q->data, q->stride[0], q->stride[1], (const float *)latent_pool->data, latent_pool->stride[0],
+        (const float *)kpe_pool->data, kpe_pool->stride[0], W, *d, *idx, make_sel(sel), scale, latent_pool->shape[0],
+        (float *)out->data, out->stride[0], out->stride[1]);
+    NB_CUDA_LAUNCHED("mla_attention");
+    return NB_OK;
+}
+
+// ---- DSA: scores and top-k ---------------------------------------------------------------
+
+#define NB_DSA_WARPS 8
+#define NB_DSA_MAXD 8 /* index head dims per lane: up to 256 */
+
+// Ascending order of the key = descending score, then ascending position. -0 counts as +0.
+__device__ __forceinline__ unsigned long long dsa_key(float s, int p)
+{
+    uint32_t u = __float_as_uint(s == 0.0f ? 0.0f : s);
+    uint32_t ord = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return ((unsigned long long)(~ord) << 32) | (uint32_t)p;
+}
+
+__global__ void k_dsa(const float *q, int64_t qs0, int64_t qs1, const float *wt, int64_t ws0, float sm,
+                      const float *key, int64_t ks0, int nh, int hd, nb_attn_index idx, int topk, int S,
+                      int64_t pool_rows, int32_t *sel_pos, int32_t *sel_count)
+{
+    extern __shared__ unsigned long long cand[]; /* [S], then q [nh * hd] and w [nh] floats */
+    float *qs = (float *)(cand + S), *wsh = qs + nh * hd;
+    const int i = blockIdx.x, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int e = threadIdx.x; e < nh * hd; e += blockDim.x)
+        qs[e] = q[(int64_t)i * qs0 + (int64_t)(e / hd) * qs1 + e % hd];
+    for (int e = threadIdx.x; e < nh; e += blockDim.x) wsh[e] = wt[(int64_t)i * ws0 + e];
+    for (int e = threadIdx.x; e < topk; e += blockDim.x) cand[e] = ~0ull;
+    __syncthreads();
+    const int n = idx.pos[i] + 1, CH = S - topk;
+    const int32_t *slots = idx.slot_table + idx.slot_base[i];
+    for (int c0 = 0; c0 < n; c0 += CH) {
+        for (int j = w; j < CH; j += NB_DSA_WARPS) {
+            int p = c0 + j;
+            unsigned long long k = ~0ull;
+            if (p < n) {
+                int64_t row = slots[p];
+                if (row >= 0 && row < pool_rows) {
+                    const float *kr = key + row * ks0;
+                    float kv[NB_DSA_MAXD];
+#pragma unroll
+                    for (int m = 0; m < NB_DSA_MAXD; m++) kv[m] = lane + 32 * m < hd ? kr[lane + 32 * m] : 0.0f;
+                    float total = 0;
+                    for (int h = 0; h < nh; h++) {
+                        float dsum = 0;
+#pragma unroll
+                        for (int m = 0; m < NB_DSA_MAXD; m++)
+                            if (lane + 32 * m < hd) dsum += qs[h * hd + lane + 32 * m] * kv[m];
+                        dsum = __shfl_sync(0xffffffffu, nb_d_warp_sum(dsum), 0) * sm;
+                        if (dsum > 0) total += dsum * wsh[h];
+                    }
+                    k = dsa_key(total, p);
+                }
+            }
+            if (lane == 0) cand[topk + j] = k;
+        }
+        __syncthreads();
+        for (int kk = 2; kk <= S; kk <<= 1)
+            for (int jj = kk >> 1; jj > 0; jj >>= 1) {
+                for (int e = threadIdx.x; e < S; e += blockDim.x) {
+                    int o = e ^ jj;
+                    if (o > e) {
+                        unsigned long long a = cand[e], b = cand[o];
+                        bool up = (e & kk) == 0;
+                        if ((a > b) == up) {
+                            cand[e] = b;
+                            cand[o] = a;
+                        }
+                    }
+                }
+                __syncthreads();
+            }
+    }
+    int cnt = 0;
+    for (int t = threadIdx.x; t < topk; t += blockDim.x) {
+        unsigned long long k = cand[t];
+        if (k != ~0ull) sel_pos[(int64_t)i * topk + t] = (int32_t)(k & 0xffffffffu);
+    }
+    if (threadIdx.x == 0) {
+        for (cnt = 0; cnt < topk && cand[cnt] != ~0ull; cnt++) {
+        }
+        sel_count[i] = cnt;
+    }
+}
+
+extern "C" nb_status nb_cuda_dsa_select(nb_ops_ctx *ctx, const nb_tensor *q, const nb_tensor *w, float softmax_scale,
+                                        const nb_tensor *key_pool, const nb_attn_index *idx, int topk,
+                                        int32_t *sel_pos, int32_t *sel_count)
+{
+    NB_TRY(nb_cuda_check_f32("dsa_select", "q", q, 3));
+    NB_TRY(nb_cuda_check_f32("dsa_select", "w", w, 2));
+    NB_TRY(nb_cuda_check_f32("dsa_select", "key_pool", key_pool, 2));
+    const int64_t T = q->shape[0];
+    if (T != idx->n_tokens || w->shape[0] != T || w->shape[1] != q->shape[1] || key_pool->shape[1] != q->shape[2])
+        return nb_error(NB_ERR_INVALID_ARG, "dsa_select: q [%lld, %lld, %lld], w [%lld, %lld], key_pool [.., %lld]",
+                        (long long)T, (long long)q->shape[1], (long long)q->shape[2], (long long)w->shape[0],
+                        (long long)w->shape[1], (long long)key_pool->shape[1]);
+    if (topk <= 0) return nb_error(NB_ERR_INVALID_ARG, "dsa_select: index_topk %d", topk);
+    const int nh = (int)q->shape[1], hd = (int)q->shape[2];
+    if (hd > 32 * NB_DSA_MAXD) return nb_error(NB_ERR_UNSUPPORTED, "dsa_select: head dim %d above %d", hd, 32 * NB_DSA_MAXD);
+    int S = 1024;
+    while (S < 2 * topk) S <<= 1;
+    size_t smem = (size_t)S * 8 + ((size_t)nh * hd + nh) * sizeof(float);
+    int dev = nb_cuda_st(ctx)->device, max_smem = 0;
+    cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (smem > (size_t)max_smem)
+        return nb_error(NB_ERR_UNSUPPORTED, "dsa_select: index_topk %d with %d heads x %d needs %zu bytes of shared memory (%d)",
+                        topk, nh, hd, smem, max_smem);
+    if (T == 0) return NB_OK;
+    NB_CUDA_TRY(cudaFuncSetAttribute(k_dsa, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    k_dsa<<<(unsigned)T, 32 * NB_DSA_WARPS, smem, nb_cuda_stream(ctx)>>>(
+        (const float *)q->data, q->stride[0], q->stride[1], (const float *)w->data, w->stride[0], softmax_scale,
+        (const float *)key_pool->data, key_pool->stride[0], nh, hd, *idx, topk, S, key_pool->shape[0], sel_pos,
+        sel_count);
+    NB_CUDA_LAUNCHED("dsa_select");
+    return NB_OK;
+}

@@ -1,0 +1,80 @@
+/* CUDA backend of ops.h: nb_cuda_<op> for every nb_op_<op>, reached through the dispatch in
+ * ops/ops.c for contexts made by nb_ops_ctx_new_cuda, and the context's state (stream,
+ * cuBLASLt handle, device scratch, registered MoE weights). Every pointer an op receives
+ * (tensor data, weights, norm vectors, index arrays) is device memory of the context's GPU.
+ * Ops only enqueue work on the context's stream: no host synchronization, except where a
+ * comment says so. Semantics are those of the CPU op (ops.h); tests/cuda_ops/test_cuda_vs_cpu.c
+ * runs each against its CPU op. Notes: docs/cuda-backend.md. */
+#ifndef NB_OPS_CUDA_CUDA_OPS_H
+#define NB_OPS_CUDA_CUDA_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ops/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Context state: called by nb_ops_ctx_new_cuda / nb_ops_ctx_free (ops.c). */
+nb_status nb_cuda_ctx_init(nb_ops_ctx *ctx, int device);
+void nb_cuda_ctx_release(nb_ops_ctx *ctx);
+/* Device scratch slots 0..7 (same contract as nb_ops_scratch). Growing a slot frees the old
+ * buffer, which waits for the device; grow before capturing a CUDA graph. */
+void *nb_cuda_scratch(nb_ops_ctx *ctx, int slot, size_t bytes);
+void *nb_cuda_mem_alloc(nb_ops_ctx *ctx, size_t bytes);
+void nb_cuda_mem_free(nb_ops_ctx *ctx, void *p);
+nb_status nb_cuda_mem_upload(nb_ops_ctx *ctx, void *dst, const void *src, size_t bytes);
+nb_status nb_cuda_mem_download(nb_ops_ctx *ctx, void *dst, const void *src, size_t bytes);
+nb_status nb_cuda_mem_set(nb_ops_ctx *ctx, void *dst, int byte, size_t bytes);
+nb_status nb_cuda_sync(nb_ops_ctx *ctx);
+
+/* Linear layers with more tokens than this go through cuBLASLt in BF16 (activations rounded
+ * to BF16, the weight dequantized to BF16 in scratch when not stored so); fewer run the
+ * float32 dequant-in-kernel GEMV, which matches the CPU op to float32 rounding.
+ * NIBBLE_CUDA_LINEAR=gemv|lt forces one path (A/B runs, tests). */
+#define NB_CUDA_LINEAR_GEMV_MAX_TOKENS 16
+int nb_cuda_linear_should_use_lt(int64_t tokens, nb_wfmt fmt);
+
+/* Routed experts in repacked NVFP4 (ops/cuda/moe.h) for one layer's nb_moe_weights: after
+ * registration, nb_cuda_moe_experts on weights whose `gate` array is `dev->gate` runs the
+ * MoE engineer's W4A16 kernels (BF16 activations) instead of the generic float32 kernel.
+ * `host` holds the same experts in host memory (ModelOpt layout) for the repack; every
+ * expert must be NVFP4 with inter % 16 == 0 and hidden % 256 == 0 (else NB_ERR_UNSUPPORTED,
+ * and the generic path stays in use). Synchronous (uploads). */
+nb_status nb_cuda_moe_register(nb_ops_ctx *ctx, const nb_moe_weights *dev, const nb_moe_weights *host);
+/* 1 when `w` has a registered repacked form in this context. */
+int nb_cuda_moe_is_registered(nb_ops_ctx *ctx, const nb_moe_weights *w);
+
+nb_status nb_cuda_embedding(nb_ops_ctx *ctx, const nb_weight *table, const int32_t *ids, int n, nb_tensor *out);
+nb_status nb_cuda_rmsnorm(nb_ops_ctx *ctx, const nb_tensor *x, const float *weight, float eps, nb_tensor *out);
+nb_status nb_cuda_add_rmsnorm(nb_ops_ctx *ctx, const nb_tensor *x, nb_tensor *residual, const float *weight,
+                              float eps, nb_tensor *out);
+nb_status nb_cuda_layernorm(nb_ops_ctx *ctx, const nb_tensor *x, const float *weight, const float *bias, float eps,
+                            nb_tensor *out);
+nb_status nb_cuda_add(nb_ops_ctx *ctx, const nb_tensor *x, nb_tensor *y);
+nb_status nb_cuda_rope(nb_ops_ctx *ctx, nb_tensor *x, const int32_t *pos, const nb_rope *rope);
+nb_status nb_cuda_set_rows(nb_ops_ctx *ctx, const nb_tensor *src, const int32_t *rows, nb_tensor *dst);
+nb_status nb_cuda_get_rows(nb_ops_ctx *ctx, const nb_tensor *x, const int32_t *rows, nb_tensor *out);
+nb_status nb_cuda_scale(nb_ops_ctx *ctx, nb_tensor *x, float s);
+nb_status nb_cuda_linear(nb_ops_ctx *ctx, const nb_tensor *x, const nb_weight *w, nb_tensor *y);
+nb_status nb_cuda_mlp(nb_ops_ctx *ctx, const nb_tensor *x, const nb_weight *gate, const nb_weight *up,
+                      const nb_weight *down, int accumulate, nb_tensor *out);
+nb_status nb_cuda_attention(nb_ops_ctx *ctx, const nb_tensor *q, const nb_tensor *k_pool, const nb_tensor *v_pool,
+                            const nb_attn_index *idx, const nb_attn_select *sel, float scale, nb_tensor *out);
+nb_status nb_cuda_mla_attention(nb_ops_ctx *ctx, nb_mla_mode mode, const nb_mla_dims *d, const nb_tensor *q,
+                                const nb_tensor *latent_pool, const nb_tensor *kpe_pool, const nb_weight *kv_b,
+                                const nb_attn_index *idx, const nb_attn_select *sel, float scale, nb_tensor *out);
+nb_status nb_cuda_dsa_select(nb_ops_ctx *ctx, const nb_tensor *q, const nb_tensor *w, float softmax_scale,
+                             const nb_tensor *key_pool, const nb_attn_index *idx, int topk, int32_t *sel_pos,
+                             int32_t *sel_count);
+nb_status nb_cuda_moe_route(nb_ops_ctx *ctx, const nb_tensor *logits, const nb_router_params *p, nb_tensor *ids,
+                            nb_tensor *weights);
+nb_status nb_cuda_moe_experts(nb_ops_ctx *ctx, const nb_tensor *x, const nb_tensor *ids, const nb_tensor *weights,
+                              const nb_moe_weights *w, int accumulate, nb_tensor *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

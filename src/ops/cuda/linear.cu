@@ -1,0 +1,199 @@
+// CUDA dense linear layers and the SwiGLU MLP over weights in any nb_weight format.
+// Two paths, chosen by nb_cuda_linear_should_use_lt (cuda_ops.h):
+//   gemv: one warp per output row, the weight dequantized in registers 16 elements at a time
+//         (the CPU op's arithmetic), float32 products, tokens in tiles of 8 — decode steps.
+//   lt:   activations rounded to BF16, the weight used in place when it is dense BF16 or
+//         dequantized to BF16 in scratch, cuBLASLt with float32 output — prefill.
+// Exercised by tests/cuda_ops/test_cuda_vs_cpu.c (linear_gemv_*, linear_lt_*, mlp).
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "ops/cuda/common.cuh"
+
+#define NB_GEMV_WARPS 4
+#define NB_GEMV_TT 8
+
+__global__ void k_gemv(nb_weight w, const float *x, int64_t ldx, int T, float *y, int64_t ldy, int accumulate)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t n = (int64_t)blockIdx.x * NB_GEMV_WARPS + (threadIdx.x >> 5);
+    if (n >= w.n) return;
+    const int64_t nb = w.k / 16;
+    for (int t0 = 0; t0 < T; t0 += NB_GEMV_TT) {
+        const int nt = T - t0 < NB_GEMV_TT ? T - t0 : NB_GEMV_TT;
+        float acc[NB_GEMV_TT];
+#pragma unroll
+        for (int t = 0; t < NB_GEMV_TT; t++) acc[t] = 0.0f;
+        for (int64_t b = lane; b < nb; b += 32) {
+            float wv[16];
+            nb_d_wload16(w, n, b * 16, wv);
+#pragma unroll
+            for (int t = 0; t < NB_GEMV_TT; t++) {
+                if (t < nt) {
+                    const float4 *xr = (const float4 *)(x + (int64_t)(t0 + t) * ldx + b * 16);
+                    float s = 0.0f;
+                    if ((((uintptr_t)xr) & 15) == 0) {
+#pragma unroll
+                        for (int i = 0; i < 4; i++) {
+                            float4 v = xr[i];
+                            s += v.x * wv[4 * i] + v.y * wv[4 * i + 1] + v.z * wv[4 * i + 2] + v.w * wv[4 * i + 3];
+                        }
+                    } else {
+                        const float *xs = (const float *)xr;
+#pragma unroll
+                        for (int i = 0; i < 16; i++) s += xs[i] * wv[i];
+                    }
+                    acc[t] += s;
+                }
+            }
+        }
+        for (int64_t j = nb * 16 + lane; j < w.k; j += 32) {
+            float wv = nb_d_wload1(w, n, j);
+            for (int t = 0; t < nt; t++) acc[t] += x[(int64_t)(t0 + t) * ldx + j] * wv;
+        }
+#pragma unroll
+        for (int t = 0; t < NB_GEMV_TT; t++) acc[t] = nb_d_warp_sum(acc[t]);
+        if (lane == 0) {
+            const float b = w.bias ? w.bias[n] : 0.0f;
+            for (int t = 0; t < nt; t++) {
+                float *o = y + (int64_t)(t0 + t) * ldy + n;
+                float v = accumulate ? *o + acc[t] : acc[t];
+                *o = v + b;
+            }
+        }
+    }
+}
+
+__global__ void k_dequant(nb_weight w, uint16_t *ob, float *of)
+{
+    const int64_t r = blockIdx.x;
+    for (int64_t j = threadIdx.x; j < w.k; j += blockDim.x) {
+        float v = nb_d_wload1(w, r, j);
+        if (ob) ob[r * w.k + j] = nb_d_to_bf16(v);
+        else of[r * w.k + j] = v;
+    }
+}
+
+nb_status nb_cuda_dequant(nb_ops_ctx *ctx, const nb_weight *w, uint16_t *out_bf16, float *out_f32)
+{
+    k_dequant<<<(unsigned)w->n, 256, 0, nb_cuda_stream(ctx)>>>(*w, out_bf16, out_f32);
+    NB_CUDA_LAUNCHED("dequant");
+    return NB_OK;
+}
+
+__global__ void k_to_bf16(const float *x, int64_t ldx, int64_t k, uint16_t *o)
+{
+    const float *xr = x + blockIdx.x * ldx;
+    for (int64_t j = threadIdx.x; j < k; j += blockDim.x) o[blockIdx.x * k + j] = nb_d_to_bf16(xr[j]);
+}
+
+__global__ void k_add_bias(float *y, int64_t ldy, const float *bias, int64_t n)
+{
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) y[blockIdx.x * ldy + j] += bias[j];
+}
+
+extern "C" int nb_cuda_linear_should_use_lt(int64_t tokens, nb_wfmt fmt)
+{
+    static int forced = -1; /* -1: not read yet; 0 none; 1 gemv; 2 lt */
+    if (forced < 0) {
+        const char *e = getenv("NIBBLE_CUDA_LINEAR");
+        forced = e && !strcmp(e, "gemv") ? 1 : e && !strcmp(e, "lt") ? 2 : 0;
+    }
+    if (forced) return forced == 2;
+    (void)fmt;
+    return tokens > NB_CUDA_LINEAR_GEMV_MAX_TOKENS;
+}
+
+static nb_status gemv(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T, const nb_weight *w, float *y,
+                      int64_t ldy, int accumulate)
+{
+    unsigned blocks = (unsigned)((w->n + NB_GEMV_WARPS - 1) / NB_GEMV_WARPS);
+    k_gemv<<<blocks, 32 * NB_GEMV_WARPS, 0, nb_cuda_stream(ctx)>>>(*w, x, ldx, (int)T, y, ldy, accumulate);
+    NB_CUDA_LAUNCHED("linear (gemv)");
+    return NB_OK;
+}
+
+static nb_status lt(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T, const nb_weight *w, float *y,
+                    int64_t ldy, int accumulate)
+{
+    const int64_t n = w->n, k = w->k;
+    cudaStream_t s = nb_cuda_stream(ctx);
+    uint16_t *xb = (uint16_t *)nb_cuda_scratch(ctx, 0, (size_t)(T * k) * 2);
+    if (!xb) return NB_ERR_OUT_OF_MEMORY;
+    k_to_bf16<<<(unsigned)T, 256, 0, s>>>(x, ldx, k, xb);
+    NB_CUDA_LAUNCHED("linear (to bf16)");
+    const void *wp = w->data;
+    int64_t ldw = k;
+    if (w->fmt == NB_WFMT_BF16 && (w->row_stride == 0 || w->row_stride % 2 == 0) && ((uintptr_t)w->data & 15) == 0) {
+        ldw = w->row_stride ? w->row_stride / 2 : k;
+    } else {
+        uint16_t *wb = (uint16_t *)nb_cuda_scratch(ctx, 1, (size_t)(n * k) * 2);
+        if (!wb) return NB_ERR_OUT_OF_MEMORY;
+        NB_TRY(nb_cuda_dequant(ctx, w, wb, NULL));
+        wp = wb;
+    }
+    NB_TRY(nb_cuda_gemm_bf16(nb_cuda_st(ctx)->gemm, s, (int)T, (int)n, (int)k, xb, (int)k, wp, (int)ldw, y, (int)ldy, 1,
+                             1.0f, accumulate ? 1.0f : 0.0f));
+    if (w->bias) {
+        k_add_bias<<<(unsigned)T, 256, 0, s>>>(y, ldy, w->bias, n);
+        NB_CUDA_LAUNCHED("linear (bias)");
+    }
+    return NB_OK;
+}
+
+nb_status nb_cuda_linear_raw(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T, const nb_weight *w, float *y,
+                             int64_t ldy, int accumulate)
+{
+    if (T == 0) return NB_OK;
+    if (nb_cuda_linear_should_use_lt(T, w->fmt)) return lt(ctx, x, ldx, T, w, y, ldy, accumulate);
+    return gemv(ctx, x, ldx, T, w, y, ldy, accumulate);
+}
+
+extern "C" nb_status nb_cuda_linear(nb_ops_ctx *ctx, const nb_tensor *x, const nb_weight *w, nb_tensor *y)
+{
+    NB_TRY(nb_cuda_check_f32("linear", "x", x, 2));
+    NB_TRY(nb_cuda_check_f32("linear", "y", y, 2));
+    NB_TRY(nb_cuda_check_weight("linear", w));
+    if (x->shape[1] != w->k || y->shape[1] != w->n || y->shape[0] != x->shape[0])
+        return nb_error(NB_ERR_INVALID_ARG, "linear: x [%lld, %lld] W [%lld, %lld] y [%lld, %lld] do not agree",
+                        (long long)x->shape[0], (long long)x->shape[1], (long long)w->n, (long long)w->k,
+                        (long long)y->shape[0], (long long)y->shape[1]);
+    return nb_cuda_linear_raw(ctx, (const float *)x->data, x->stride[0], x->shape[0], w, (float *)y->data,
+                              y->stride[0], 0);
+}
+
+__global__ void k_silu_mul(float *g, const float *u, int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float a = g[i];
+        g[i] = a / (1.0f + expf(-a)) * u[i];
+    }
+}
+
+extern "C" nb_status nb_cuda_mlp(nb_ops_ctx *ctx, const nb_tensor *x, const nb_weight *gate, const nb_weight *up,
+                                 const nb_weight *down, int accumulate, nb_tensor *out)
+{
+    NB_TRY(nb_cuda_check_f32("mlp", "x", x, 2));
+    NB_TRY(nb_cuda_check_f32("mlp", "out", out, 2));
+    NB_TRY(nb_cuda_check_weight("mlp gate", gate));
+    NB_TRY(nb_cuda_check_weight("mlp up", up));
+    NB_TRY(nb_cuda_check_weight("mlp down", down));
+    const int64_t T = x->shape[0], H = x->shape[1], I = gate->n;
+    if (gate->k != H || up->k != H || up->n != I || down->k != I || down->n != H || out->shape[0] != T ||
+        out->shape[1] != H)
+        return nb_error(NB_ERR_INVALID_ARG, "mlp: x [%lld, %lld], gate [%lld, %lld], up [%lld, %lld], down [%lld, %lld]",
+                        (long long)T, (long long)H, (long long)gate->n, (long long)gate->k, (long long)up->n,
+                        (long long)up->k, (long long)down->n, (long long)down->k);
+    if (T == 0) return NB_OK;
+    float *g = (float *)nb_cuda_scratch(ctx, 2, (size_t)(2 * T * I) * sizeof(float));
+    if (!g) return NB_ERR_OUT_OF_MEMORY;
+    float *u = g + T * I;
+    const float *xp = (const float *)x->data;
+    NB_TRY(nb_cuda_linear_raw(ctx, xp, x->stride[0], T, gate, g, I, 0));
+    NB_TRY(nb_cuda_linear_raw(ctx, xp, x->stride[0], T, up, u, I, 0));
+    int blocks = (int)((T * I + 255) / 256);
+    k_silu_mul<<<blocks < 65535 ? blocks : 65535, 256, 0, nb_cuda_stream(ctx)>>>(g, u, T * I);
+    NB_CUDA_LAUNCHED("mlp (silu)");
+    return nb_cuda_linear_raw(ctx, g, I, T, down, (float *)out->data, out->stride[0], accumulate);
+}

@@ -1,0 +1,568 @@
+/* The registry test of the CUDA backend: every op of ops.h runs through nb_op_* on a CUDA
+ * context and on a CPU context with the same fresh random inputs (CUDA outputs poisoned with
+ * NaN first), and the results are compared by normalized error (tolerances in
+ * cuda_test_util.h), exactly for integer outputs (top-k ids; DSA selections modulo measured
+ * near-ties). Filter by op: test_cuda_vs_cpu linear. Run on the GPU machine: ctest -L gpu
+ * (exits 77 without a GPU). */
+#include "cuda_test_util.h"
+#include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/device.h"
+
+#define F32 NB_DTYPE_F32
+
+/* ---- rows: embedding, norms, add, scale, set/get rows ------------------------------------ */
+
+static void test_embedding(void)
+{
+    for (int f = 0; f < 4; f++) {
+        tu_seed(100 + f);
+        tu_weight w;
+        tu_weight_make(&w, (nb_wfmt)f, 300, 256, 1.0f, 0);
+        int32_t ids[7] = {0, 299, 5, 5, 123, 42, 7};
+        float *a = malloc(7 * 256 * 4), *b = malloc(7 * 256 * 4);
+        nb_tensor ho = nb_tensor_2d(a, F32, 7, 256), dout = ho;
+        dout.data = tu_poisoned(7 * 256 * 4);
+        dout.device = NB_DEVICE_CUDA;
+        NB_CHECK_OK(nb_op_embedding(tu_cpu, &w.h, ids, 7, &ho));
+        NB_CHECK_OK(nb_op_embedding(tu_gpu, &w.d, tu_up(ids, sizeof ids), 7, &dout));
+        tu_down(&dout, b);
+        char name[64];
+        snprintf(name, sizeof name, "embedding %s [300, 256] x 7 ids", tu_fmt_name((nb_wfmt)f));
+        tu_compare(name, a, b, 7 * 256, NB_TOL_F32);
+        free(a);
+        free(b);
+        tu_weight_free(&w);
+        tu_free_all();
+    }
+}
+
+static void norm_case(int rows, int d, int which)
+{
+    /* which: 0 rmsnorm, 1 add_rmsnorm, 2 layernorm (bias), 3 layernorm (no bias), 4 add, 5 scale */
+    size_t ld = (size_t)d + 8; /* a row stride wider than the row */
+    float *x = malloc(rows * ld * 4), *res = malloc(rows * ld * 4), *wt = malloc(d * 4), *bias = malloc(d * 4);
+    float *o = malloc(rows * ld * 4), *b = malloc(rows * ld * 4), *rb = malloc(rows * ld * 4);
+    tu_fill(x, rows * ld, 3.0f);
+    tu_fill(res, rows * ld, 2.0f);
+    tu_fill(wt, d, 1.0f);
+    tu_fill(bias, d, 1.0f);
+    memset(o, 0, rows * ld * 4);
+    nb_tensor hx = nb_tensor_2d(x, F32, rows, d), hr = nb_tensor_2d(res, F32, rows, d), ho = nb_tensor_2d(o, F32, rows, d);
+    hx.stride[0] = hr.stride[0] = ho.stride[0] = (int64_t)ld;
+    nb_tensor dx = tu_twin(&hx), dr = tu_twin(&hr), dout = ho;
+    dout.data = tu_poisoned(tu_span(&ho));
+    dout.device = NB_DEVICE_CUDA;
+    float *dw = tu_up(wt, d * 4), *db = tu_up(bias, d * 4);
+    const char *names[] = {"rmsnorm", "add_rmsnorm", "layernorm+bias", "layernorm", "add", "scale"};
+    switch (which) {
+    case 0:
+        NB_CHECK_OK(nb_op_rmsnorm(tu_cpu, &hx, wt, 1e-6f, &ho));
+        NB_CHECK_OK(nb_op_rmsnorm(tu_gpu, &dx, dw, 1e-6f, &dout));
+        break;
+    case 1:
+        NB_CHECK_OK(nb_op_add_rmsnorm(tu_cpu, &hx, &hr, wt, 1e-5f, &ho));
+        NB_CHECK_OK(nb_op_add_rmsnorm(tu_gpu, &dx, &dr, dw, 1e-5f, &dout));
+        break;
+    case 2:
+    case 3:
+        NB_CHECK_OK(nb_op_layernorm(tu_cpu, &hx, wt, which == 2 ? bias : NULL, 1e-6f, &ho));
+        NB_CHECK_OK(nb_op_layernorm(tu_gpu, &dx, dw, which == 2 ? db : NULL, 1e-6f, &dout));
+        break;
+    case 4:
+        NB_CHECK_OK(nb_op_add(tu_cpu, &hx, &hr));
+        NB_CHECK_OK(nb_op_add(tu_gpu, &dx, &dr));
+        break;
+    case 5:
+        NB_CHECK_OK(nb_op_scale(tu_cpu, &hr, 0.37f));
+        NB_CHECK_OK(nb_op_scale(tu_gpu, &dr, 0.37f));
+        break;
+    }
+    char name[64];
+    snprintf(name, sizeof name, "%s [%d, %d] ld %zu", names[which], rows, d, ld);
+    if (which <= 3) {
+        tu_down(&dout, b);
+        for (int r = 0; r < rows; r++) tu_compare(r == 0 ? name : "  (next row)", o + r * ld, b + r * ld, d, NB_TOL_F32);
+    }
+    if (which == 1 || which >= 4) {
+        tu_down(&dr, rb);
+        for (int r = 0; r < rows; r++) tu_compare(which == 1 ? "  residual" : name, res + r * ld, rb + r * ld, d, NB_TOL_F32);
+    }
+    free(x), free(res), free(wt), free(bias), free(o), free(b), free(rb);
+    tu_free_all();
+}
+
+static void test_norms(void)
+{
+    tu_seed(7);
+    for (int which = 0; which < 6; which++) {
+        norm_case(3, 512, which);
+        norm_case(2, 6144, which);
+    }
+}
+
+static void test_rows(void)
+{
+    tu_seed(8);
+    const int T = 5, w = 96, n = 40, ldp = 128;
+    float *src = malloc(T * w * 4), *pool = malloc(n * ldp * 4), *pool2 = malloc(n * ldp * 4);
+    tu_fill(src, T * w, 1.0f);
+    tu_fill(pool, n * ldp, 1.0f);
+    int32_t rows[5] = {3, 39, 0, 17, 22};
+    nb_tensor hs = nb_tensor_2d(src, F32, T, w), hp = nb_tensor_2d(pool + 16, F32, n, w);
+    hp.stride[0] = ldp;
+    nb_tensor ds = tu_twin(&hs);
+    float *dpool = tu_up(pool, n * ldp * 4);
+    nb_tensor dp = hp;
+    dp.data = dpool + 16;
+    dp.device = NB_DEVICE_CUDA;
+    int32_t *drows = tu_up(rows, sizeof rows);
+    NB_CHECK_OK(nb_op_set_rows(tu_cpu, &hs, rows, &hp));
+    NB_CHECK_OK(nb_op_set_rows(tu_gpu, &ds, drows, &dp));
+    NB_CHECK_OK(nb_ops_download(tu_gpu, pool2, dpool, n * ldp * 4));
+    tu_compare("set_rows 5 rows of 96 into a pool view", pool, pool2, n * ldp, 0.0);
+    float *g = malloc(T * w * 4), *g2 = malloc(T * w * 4);
+    nb_tensor hg = nb_tensor_2d(g, F32, T, w), dg = hg;
+    dg.data = tu_poisoned(T * w * 4);
+    dg.device = NB_DEVICE_CUDA;
+    NB_CHECK_OK(nb_op_get_rows(tu_cpu, &hp, rows, &hg));
+    NB_CHECK_OK(nb_op_get_rows(tu_gpu, &dp, drows, &dg));
+    tu_down(&dg, g2);
+    tu_compare("get_rows 5 rows of 96", g, g2, T * w, 0.0);
+    free(src), free(pool), free(pool2), free(g), free(g2);
+    tu_free_all();
+}
+
+/* ---- rope ----------------------------------------------------------------------------- */
+
+static void test_rope(void)
+{
+    tu_seed(9);
+    for (int il = 0; il < 2; il++) {
+        for (int yarn = 0; yarn < 2; yarn++) {
+            const int T = 4, nh = 3, qk = 48, off = 16, dim = 32;
+            nb_rope rope;
+            memset(&rope, 0, sizeof rope);
+            rope.dim = dim;
+            rope.interleave = il;
+            rope.attention_scaling = yarn ? 1.2f : 1.0f;
+            for (int i = 0; i < dim / 2; i++) rope.inv_freq[i] = powf(10000.0f, -(float)(2 * i) / dim) * (yarn && i > 4 ? 0.25f : 1.0f);
+            float *x = malloc(T * nh * qk * 4), *b = malloc(T * nh * qk * 4);
+            tu_fill(x, T * nh * qk, 1.0f);
+            int32_t pos[4] = {0, 1, 4095, 77};
+            nb_tensor hx = nb_tensor_3d(x + off, F32, T, nh, qk); /* the rope part of a [T, nh, qk] view */
+            hx.shape[2] = dim;
+            hx.stride[0] = nh * qk;
+            hx.stride[1] = qk;
+            float *dx = tu_up(x, T * nh * qk * 4);
+            nb_tensor dt = hx;
+            dt.data = dx + off;
+            dt.device = NB_DEVICE_CUDA;
+            NB_CHECK_OK(nb_op_rope(tu_cpu, &hx, pos, &rope));
+            NB_CHECK_OK(nb_op_rope(tu_gpu, &dt, tu_up(pos, sizeof pos), &rope));
+            NB_CHECK_OK(nb_ops_download(tu_gpu, b, dx, T * nh * qk * 4));
+            char name[64];
+            snprintf(name, sizeof name, "rope %s%s, strided view", il ? "interleaved" : "half-split", yarn ? ", yarn-like" : "");
+            tu_compare(name, x, b, T * nh * qk, NB_TOL_F32);
+            free(x), free(b);
+            tu_free_all();
+        }
+    }
+}
+
+/* ---- linear and mlp ------------------------------------------------------------------- */
+
+static void linear_case(nb_wfmt fmt, int T, int n, int k, int bias, double tol)
+{
+    tu_weight w;
+    tu_weight_make(&w, fmt, n, k, 0.1f, bias);
+    size_t ldx = (size_t)k + 4;
+    float *x = malloc(T * ldx * 4), *y = malloc((size_t)T * n * 4), *yb = malloc((size_t)T * n * 4);
+    tu_fill(x, T * ldx, 1.0f);
+    nb_tensor hx = nb_tensor_2d(x, F32, T, k), hy = nb_tensor_2d(y, F32, T, n);
+    hx.stride[0] = (int64_t)ldx;
+    nb_tensor dx = tu_twin(&hx), dy = hy;
+    dy.data = tu_poisoned((size_t)T * n * 4);
+    dy.device = NB_DEVICE_CUDA;
+    NB_CHECK_OK(nb_op_linear(tu_cpu, &hx, &w.h, &hy));
+    NB_CHECK_OK(nb_op_linear(tu_gpu, &dx, &w.d, &dy));
+    tu_down(&dy, yb);
+    char name[96];
+    snprintf(name, sizeof name, "linear %s T=%d [%d, %d]%s (%s)", tu_fmt_name(fmt), T, n, k, bias ? " +bias" : "",
+             nb_cuda_linear_should_use_lt(T, fmt) ? "lt" : "gemv");
+    tu_compare(name, y, yb, (size_t)T * n, tol);
+    free(x), free(y), free(yb);
+    tu_weight_free(&w);
+    tu_free_all();
+}
+
+static void test_linear_gemv(void)
+{
+    tu_seed(10);
+    for (int f = 0; f < 4; f++) {
+        linear_case((nb_wfmt)f, 1, 256, 512, 1, NB_TOL_F32);
+        linear_case((nb_wfmt)f, 3, 130, 384, 0, NB_TOL_F32);
+        linear_case((nb_wfmt)f, 16, 64, 1024, 1, NB_TOL_F32);
+    }
+    linear_case(NB_WFMT_BF16, 2, 33, 100, 1, NB_TOL_F32); /* k not a multiple of 16 */
+}
+
+static void test_linear_lt(void)
+{
+    tu_seed(11);
+    for (int f = 0; f < 4; f++) {
+        linear_case((nb_wfmt)f, 17, 256, 512, 1, NB_TOL_BF16);
+        linear_case((nb_wfmt)f, 200, 384, 256, 0, NB_TOL_BF16);
+    }
+}
+
+static void mlp_case(nb_wfmt fmt, int T, int H, int I, double tol)
+{
+    tu_weight g, u, d;
+    tu_weight_make(&g, fmt, I, H, 0.1f, 0);
+    tu_weight_make(&u, fmt, I, H, 0.1f, 0);
+    tu_weight_make(&d, fmt, H, I, 0.1f, 0);
+    float *x = malloc((size_t)T * H * 4), *o = malloc((size_t)T * H * 4), *ob = malloc((size_t)T * H * 4);
+    tu_fill(x, (size_t)T * H, 1.0f);
+    tu_fill(o, (size_t)T * H, 1.0f);
+    nb_tensor hx = nb_tensor_2d(x, F32, T, H), ho = nb_tensor_2d(o, F32, T, H);
+    nb_tensor dx = tu_twin(&hx), dout = tu_twin(&ho); /* accumulate into the same start */
+    NB_CHECK_OK(nb_op_mlp(tu_cpu, &hx, &g.h, &u.h, &d.h, 1, &ho));
+    NB_CHECK_OK(nb_op_mlp(tu_gpu, &dx, &g.d, &u.d, &d.d, 1, &dout));
+    tu_down(&dout, ob);
+    char name[96];
+    snprintf(name, sizeof name, "mlp %s T=%d H=%d I=%d accumulate", tu_fmt_name(fmt), T, H, I);
+    tu_compare(name, o, ob, (size_t)T * H, tol);
+    free(x), free(o), free(ob);
+    tu_weight_free(&g), tu_weight_free(&u), tu_weight_free(&d);
+    tu_free_all();
+}
+
+static void test_mlp(void)
+{
+    tu_seed(12);
+    for (int f = 0; f < 4; f++) {
+        mlp_case((nb_wfmt)f, 5, 256, 384, NB_TOL_F32);
+        mlp_case((nb_wfmt)f, 40, 256, 384, NB_TOL_BF16);
+    }
+}
+
+/* ---- attention ------------------------------------------------------------------------ */
+
+/* A random selection per token: up to `stride` distinct positions <= pos. */
+static void make_sel(const tu_index *ix, int stride, int32_t *sp, int32_t *sc)
+{
+    for (int i = 0; i < ix->T; i++) {
+        int n = ix->pos[i] + 1, m = n < stride ? n : stride;
+        int c = 0;
+        for (int p = 0; p < n && c < m; p++)
+            if ((int)(tu_u32() % (uint32_t)(n - p)) < m - c) sp[i * stride + c++] = p;
+        sc[i] = c;
+    }
+}
+
+static void gqa_case(int sparse)
+{
+    const int nh = 8, nkv = 2, hd = 128, vd = 128, rows = 600, rw = 2 * nkv * hd + 5;
+    int n_new[3] = {1, 7, 1}, n_past[3] = {40, 0, 300};
+    tu_index ix;
+    tu_index_make(&ix, 3, n_new, n_past, rows);
+    const int T = ix.T;
+    float *pool = malloc((size_t)rows * rw * 4), *q = malloc(T * nh * hd * 4);
+    float *o = malloc(T * nh * vd * 4), *ob = malloc(T * nh * vd * 4);
+    tu_fill(pool, (size_t)rows * rw, 1.0f);
+    tu_fill(q, T * nh * hd, 1.0f);
+    float *dpool = tu_up(pool, (size_t)rows * rw * 4);
+    nb_tensor hq = nb_tensor_3d(q, F32, T, nh, hd), ho = nb_tensor_3d(o, F32, T, nh, vd);
+    nb_tensor hk = nb_tensor_3d(pool + 3, F32, rows, nkv, hd), hv = nb_tensor_3d(pool + 3 + nkv * hd, F32, rows, nkv, vd);
+    hk.stride[0] = hv.stride[0] = rw;
+    nb_tensor dq = tu_twin(&hq), dk = hk, dv = hv, dout = ho;
+    dk.data = dpool + 3;
+    dv.data = dpool + 3 + nkv * hd;
+    dk.device = dv.device = NB_DEVICE_CUDA;
+    dout.data = tu_poisoned(T * nh * vd * 4);
+    dout.device = NB_DEVICE_CUDA;
+    int32_t sp[16 * 64], sc[16];
+    nb_attn_select hs = {sp, sc, 64}, ds;
+    if (sparse) {
+        make_sel(&ix, 64, sp, sc);
+        ds = (nb_attn_select){tu_up(sp, sizeof sp), tu_up(sc, sizeof sc), 64};
+    }
+    NB_CHECK_OK(nb_op_attention(tu_cpu, &hq, &hk, &hv, &ix.h, sparse ? &hs : NULL, 0.088f, &ho));
+    NB_CHECK_OK(nb_op_attention(tu_gpu, &dq, &dk, &dv, &ix.d, sparse ? &ds : NULL, 0.088f, &dout));
+    tu_down(&dout, ob);
+    tu_compare(sparse ? "attention gqa 8/2 heads x 128, 3 seqs, sparse" : "attention gqa 8/2 heads x 128, 3 seqs, causal", o,
+               ob, T * nh * vd, NB_TOL_F32);
+    free(pool), free(q), free(o), free(ob);
+    tu_free_all();
+}
+
+static void test_attention(void)
+{
+    tu_seed(13);
+    gqa_case(0);
+    gqa_case(1);
+}
+
+static void mla_case(nb_mla_mode mode, int sparse, nb_wfmt kvfmt)
+{
+    const nb_mla_dims d = {8, 64, 32, 64, 512};
+    const int rows = 500, rw = d.kv_lora_rank + d.qk_rope + 7, qk = d.qk_nope + d.qk_rope;
+    int n_new[2] = {5, 1}, n_past[2] = {3, 200};
+    tu_index ix;
+    tu_index_make(&ix, 2, n_new, n_past, rows);
+    const int T = ix.T;
+    tu_weight kvb;
+    tu_weight_make(&kvb, kvfmt, (int64_t)d.n_heads * (d.qk_nope + d.v_dim), d.kv_lora_rank, 0.05f, 0);
+    float *pool = malloc((size_t)rows * rw * 4), *q = malloc(T * d.n_heads * qk * 4);
+    float *o = malloc(T * d.n_heads * d.v_dim * 4), *ob = malloc(T * d.n_heads * d.v_dim * 4);
+    tu_fill(pool, (size_t)rows * rw, 1.0f);
+    tu_fill(q, T * d.n_heads * qk, 1.0f);
+    float *dpool = tu_up(pool, (size_t)rows * rw * 4);
+    nb_tensor hq = nb_tensor_3d(q, F32, T, d.n_heads, qk), ho = nb_tensor_3d(o, F32, T, d.n_heads, d.v_dim);
+    nb_tensor hl = nb_tensor_2d(pool, F32, rows, d.kv_lora_rank), hp = nb_tensor_2d(pool + d.kv_lora_rank, F32, rows, d.qk_rope);
+    hl.stride[0] = hp.stride[0] = rw;
+    nb_tensor dq = tu_twin(&hq), dl = hl, dp = hp, dout = ho;
+    dl.data = dpool;
+    dp.data = dpool + d.kv_lora_rank;
+    dl.device = dp.device = NB_DEVICE_CUDA;
+    dout.data = tu_poisoned(T * d.n_heads * d.v_dim * 4);
+    dout.device = NB_DEVICE_CUDA;
+    int32_t sp[16 * 32], sc[16];
+    nb_attn_select hs = {sp, sc, 32}, ds;
+    if (sparse) {
+        make_sel(&ix, 32, sp, sc);
+        ds = (nb_attn_select){tu_up(sp, sizeof sp), tu_up(sc, sizeof sc), 32};
+    }
+    NB_CHECK_OK(nb_op_mla_attention(tu_cpu, mode, &d, &hq, &hl, &hp, &kvb.h, &ix.h, sparse ? &hs : NULL, 0.07f, &ho));
+    NB_CHECK_OK(nb_op_mla_attention(tu_gpu, mode, &d, &dq, &dl, &dp, &kvb.d, &ix.d, sparse ? &ds : NULL, 0.07f, &dout));
+    tu_down(&dout, ob);
+    char name[96];
+    snprintf(name, sizeof name, "mla %s%s kv_b %s, 8 heads, rank 512", mode == NB_MLA_NAIVE ? "naive" : "absorbed",
+             sparse ? " sparse" : "", tu_fmt_name(kvfmt));
+    tu_compare(name, o, ob, T * d.n_heads * d.v_dim, NB_TOL_F32);
+    free(pool), free(q), free(o), free(ob);
+    tu_weight_free(&kvb);
+    tu_free_all();
+}
+
+static void test_mla(void)
+{
+    tu_seed(14);
+    mla_case(NB_MLA_ABSORBED, 0, NB_WFMT_BF16);
+    mla_case(NB_MLA_NAIVE, 0, NB_WFMT_BF16);
+    mla_case(NB_MLA_ABSORBED, 1, NB_WFMT_BF16);
+    mla_case(NB_MLA_ABSORBED, 0, NB_WFMT_NVFP4);
+}
+
+/* Host recomputation of a DSA score in double, to judge a disagreement as a near-tie. */
+static double dsa_score(const float *q, const float *w, int nh, int hd, float sm, const float *k)
+{
+    double tot = 0;
+    for (int h = 0; h < nh; h++) {
+        double d = 0;
+        for (int c = 0; c < hd; c++) d += (double)q[h * hd + c] * k[c];
+        d *= sm;
+        if (d > 0) tot += d * w[h];
+    }
+    return tot;
+}
+
+static void dsa_case(int topk, int past)
+{
+    const int nh = 32, hd = 128, rows = 1200, rw = hd + 3;
+    int n_new[2] = {4, 1}, n_past[2] = {0, past};
+    tu_index ix;
+    tu_index_make(&ix, 2, n_new, n_past, rows);
+    const int T = ix.T;
+    float *pool = malloc((size_t)rows * rw * 4), *q = malloc(T * nh * hd * 4), *w = malloc(T * nh * 4);
+    tu_fill(pool, (size_t)rows * rw, 1.0f);
+    tu_fill(q, T * nh * hd, 1.0f);
+    tu_fill(w, T * nh, 0.2f);
+    nb_tensor hq = nb_tensor_3d(q, F32, T, nh, hd), hw = nb_tensor_2d(w, F32, T, nh);
+    nb_tensor hk = nb_tensor_2d(pool + 1, F32, rows, hd);
+    hk.stride[0] = rw;
+    nb_tensor dq = tu_twin(&hq), dw = tu_twin(&hw), dk = hk;
+    float *dpool = tu_up(pool, (size_t)rows * rw * 4);
+    dk.data = dpool + 1;
+    dk.device = NB_DEVICE_CUDA;
+    int32_t *sp = malloc((size_t)T * topk * 4), *sc = malloc(T * 4), *sp2 = malloc((size_t)T * topk * 4), *sc2 = malloc(T * 4);
+    int32_t *dsp = tu_poisoned((size_t)T * topk * 4), *dsc = tu_poisoned(T * 4);
+    const float sm = 1.0f / sqrtf((float)hd);
+    NB_CHECK_OK(nb_op_dsa_select(tu_cpu, &hq, &hw, sm, &hk, &ix.h, topk, sp, sc));
+    NB_CHECK_OK(nb_op_dsa_select(tu_gpu, &dq, &dw, sm, &dk, &ix.d, topk, dsp, dsc));
+    NB_CHECK_OK(nb_ops_download(tu_gpu, sp2, dsp, (size_t)T * topk * 4));
+    NB_CHECK_OK(nb_ops_download(tu_gpu, sc2, dsc, T * 4));
+    int mism = 0, ties = 0;
+    double worst_gap = 0;
+    for (int i = 0; i < T; i++) {
+        NB_CHECK_MSG(sc[i] == sc2[i], "token %d: count cpu %d cuda %d", i, sc[i], sc2[i]);
+        for (int j = 0; j < sc[i] && j < sc2[i]; j++) {
+            if (sp[i * topk + j] == sp2[i * topk + j]) continue;
+            const int32_t *slots = ix.slot_table + ix.slot_base[i];
+            double a = dsa_score(q + i * nh * hd, w + i * nh, nh, hd, sm, pool + 1 + (int64_t)slots[sp[i * topk + j]] * rw);
+            double b = dsa_score(q + i * nh * hd, w + i * nh, nh, hd, sm, pool + 1 + (int64_t)slots[sp2[i * topk + j]] * rw);
+            double gap = fabs(a - b) / (fabs(a) + 1e-30);
+            if (gap > worst_gap) worst_gap = gap;
+            if (gap <= 1e-5) {
+                ties++;
+            } else if (mism++ < 8) {
+                fprintf(stderr, "      token %d rank %d: cpu pos %d (score %.9g), cuda pos %d (score %.9g)\n", i, j,
+                        sp[i * topk + j], a, sp2[i * topk + j], b);
+            }
+        }
+    }
+    fprintf(stderr, "    dsa_select topk %d, %d tokens up to position %d: %d mismatches, %d near-ties (worst gap %.2g)%s\n",
+            topk, T, past, mism, ties, worst_gap, mism ? "  <-- FAIL" : "");
+    NB_CHECK(mism == 0);
+    free(pool), free(q), free(w), free(sp), free(sc), free(sp2), free(sc2);
+    tu_free_all();
+}
+
+static void test_dsa_select(void)
+{
+    tu_seed(15);
+    dsa_case(64, 300);
+    dsa_case(512, 100);   /* fewer positions than topk: all of them, sorted */
+    dsa_case(256, 1100);  /* several merge chunks */
+    dsa_case(2048, 1100); /* GLM-5's index_topk */
+}
+
+/* ---- MoE -------------------------------------------------------------------------------- */
+
+static void route_case(nb_router_score score, nb_router_group group, int bias, int norm)
+{
+    const int T = 37, E = 64, K = 6;
+    float *lg = malloc(T * E * 4), *bs = malloc(E * 4), *w = malloc(T * K * 4), *w2 = malloc(T * K * 4);
+    int32_t *id = malloc(T * K * 4), *id2 = malloc(T * K * 4);
+    tu_fill(lg, T * E, 3.0f);
+    tu_fill(bs, E, 0.1f);
+    nb_router_params p = {E, K, score, group, group == NB_ROUTER_GREEDY ? 1 : 8, group == NB_ROUTER_GREEDY ? 1 : 3,
+                          bias ? bs : NULL, norm, 2.5f};
+    nb_tensor hl = nb_tensor_2d(lg, F32, T, E), hw = nb_tensor_2d(w, F32, T, K), hi = nb_tensor_2d(id, NB_DTYPE_I32, T, K);
+    nb_tensor dl = tu_twin(&hl), dw = hw, di = hi;
+    dw.data = tu_poisoned(T * K * 4);
+    di.data = tu_poisoned(T * K * 4);
+    dw.device = di.device = NB_DEVICE_CUDA;
+    nb_router_params dp = p;
+    dp.correction_bias = bias ? tu_up(bs, E * 4) : NULL;
+    NB_CHECK_OK(nb_op_moe_route(tu_cpu, &hl, &p, &hi, &hw));
+    NB_CHECK_OK(nb_op_moe_route(tu_gpu, &dl, &dp, &di, &dw));
+    tu_down(&dw, w2);
+    tu_down(&di, id2);
+    int mism = 0;
+    for (int i = 0; i < T * K; i++)
+        if (id[i] != id2[i] && mism++ < 8) fprintf(stderr, "      [%d] cpu expert %d cuda %d\n", i, id[i], id2[i]);
+    char name[96];
+    snprintf(name, sizeof name, "moe_route %s group %d%s%s: weights", score ? "sigmoid" : "softmax", (int)group,
+             bias ? " bias" : "", norm ? " norm" : "");
+    fprintf(stderr, "    %s ids: %d mismatches of %d\n", name, mism, T * K);
+    NB_CHECK(mism == 0);
+    tu_compare(name, w, w2, T * K, NB_TOL_F32);
+    free(lg), free(bs), free(w), free(w2), free(id), free(id2);
+    tu_free_all();
+}
+
+static void test_moe_route(void)
+{
+    tu_seed(16);
+    route_case(NB_ROUTER_SOFTMAX, NB_ROUTER_GREEDY, 0, 0);
+    route_case(NB_ROUTER_SOFTMAX, NB_ROUTER_GROUP_MAX, 0, 1);
+    route_case(NB_ROUTER_SIGMOID, NB_ROUTER_GROUP_TOP2, 1, 1);
+    route_case(NB_ROUTER_SIGMOID, NB_ROUTER_GREEDY, 1, 1);
+}
+
+/* repacked: register the experts for the MoE engineer's NVFP4 kernels (BF16 activations). */
+static void experts_case(nb_wfmt fmt, int T, int E, int H, int I, int K, int repacked, double tol)
+{
+    tu_weight *g = calloc(E, sizeof *g), *u = calloc(E, sizeof *u), *d = calloc(E, sizeof *d);
+    nb_weight *hg = calloc(E, sizeof *hg), *hu = calloc(E, sizeof *hu), *hd = calloc(E, sizeof *hd);
+    nb_weight *dg = calloc(E, sizeof *dg), *du = calloc(E, sizeof *du), *dd = calloc(E, sizeof *dd);
+    for (int e = 0; e < E; e++) {
+        tu_weight_make(&g[e], fmt, I, H, 0.1f, 0);
+        tu_weight_make(&u[e], fmt, I, H, 0.1f, 0);
+        tu_weight_make(&d[e], fmt, H, I, 0.1f, 0);
+        hg[e] = g[e].h, hu[e] = u[e].h, hd[e] = d[e].h;
+        dg[e] = g[e].d, du[e] = u[e].d, dd[e] = d[e].d;
+    }
+    nb_moe_weights hw = {E, H, I, hg, hu, hd}, dw = {E, H, I, dg, du, dd};
+    if (repacked) {
+        nb_status st = nb_cuda_moe_register(tu_gpu, &dw, &hw);
+        NB_CHECK_OK(st);
+        NB_CHECK(nb_cuda_moe_is_registered(tu_gpu, &dw));
+    }
+    float *x = malloc((size_t)T * H * 4), *o = malloc((size_t)T * H * 4), *ob = malloc((size_t)T * H * 4);
+    float *rw = malloc(T * K * 4);
+    int32_t *ids = malloc(T * K * 4);
+    tu_fill(x, (size_t)T * H, 1.0f);
+    tu_fill(o, (size_t)T * H, 1.0f);
+    for (int i = 0; i < T * K; i++) {
+        ids[i] = (int32_t)(tu_u32() % (uint32_t)E);
+        rw[i] = 0.1f + 0.5f * (tu_f() + 1.0f);
+    }
+    if (!repacked) ids[1] = -1; /* a skipped slot */
+    for (int t = 0; t < T; t++) /* distinct experts within a token */
+        for (int j = 0; j < K; j++)
+            for (int j2 = 0; j2 < j; j2++)
+                if (ids[t * K + j] >= 0 && ids[t * K + j] == ids[t * K + j2]) ids[t * K + j] = (ids[t * K + j] + 1 + j) % E;
+    nb_tensor hx = nb_tensor_2d(x, F32, T, H), ho = nb_tensor_2d(o, F32, T, H);
+    nb_tensor hi = nb_tensor_2d(ids, NB_DTYPE_I32, T, K), hr = nb_tensor_2d(rw, F32, T, K);
+    nb_tensor dx = tu_twin(&hx), dout = tu_twin(&ho), dr = tu_twin(&hr), di = hi;
+    di.data = tu_up(ids, T * K * 4);
+    di.device = NB_DEVICE_CUDA;
+    NB_CHECK_OK(nb_op_moe_experts(tu_cpu, &hx, &hi, &hr, &hw, 1, &ho));
+    NB_CHECK_OK(nb_op_moe_experts(tu_gpu, &dx, &di, &dr, &dw, 1, &dout));
+    tu_down(&dout, ob);
+    char name[96];
+    snprintf(name, sizeof name, "moe_experts %s%s T=%d E=%d H=%d I=%d k=%d", tu_fmt_name(fmt), repacked ? " repacked" : "", T,
+             E, H, I, K);
+    tu_compare(name, o, ob, (size_t)T * H, tol);
+    for (int e = 0; e < E; e++) tu_weight_free(&g[e]), tu_weight_free(&u[e]), tu_weight_free(&d[e]);
+    free(g), free(u), free(d), free(hg), free(hu), free(hd), free(dg), free(du), free(dd);
+    free(x), free(o), free(ob), free(rw), free(ids);
+    tu_free_all();
+}
+
+static void test_moe_experts(void)
+{
+    tu_seed(17);
+    for (int f = 0; f < 4; f++) experts_case((nb_wfmt)f, 5, 8, 128, 64, 2, 0, NB_TOL_F32);
+    experts_case(NB_WFMT_NVFP4, 33, 16, 256, 96, 4, 0, NB_TOL_F32);
+}
+
+static void test_moe_experts_repacked(void)
+{
+    tu_seed(18);
+    experts_case(NB_WFMT_NVFP4, 6, 8, 256, 256, 2, 1, NB_TOL_BF16);
+    experts_case(NB_WFMT_NVFP4, 64, 16, 512, 256, 4, 1, NB_TOL_BF16);
+}
+
+static const nb_test tests[] = {
+    {"embedding", test_embedding},
+    {"norms", test_norms},
+    {"rows", test_rows},
+    {"rope", test_rope},
+    {"linear_gemv", test_linear_gemv},
+    {"linear_lt", test_linear_lt},
+    {"mlp", test_mlp},
+    {"attention", test_attention},
+    {"mla", test_mla},
+    {"dsa_select", test_dsa_select},
+    {"moe_route", test_moe_route},
+    {"moe_experts", test_moe_experts},
+    {"moe_experts_repacked", test_moe_experts_repacked},
+};
+
+int main(int argc, char **argv)
+{
+    if (!nb_cuda_test_require_gpu()) return 77;
+    char desc[256];
+    if (nb_cuda_device_describe(0, desc, sizeof desc) == NB_OK) fprintf(stderr, "device: %s\n", desc);
+    if (nb_ops_ctx_new_cpu(0, &tu_cpu) != NB_OK || nb_ops_ctx_new_cuda(0, &tu_gpu) != NB_OK) {
+        fprintf(stderr, "cannot create contexts: %s\n", nb_last_error());
+        return 1;
+    }
+    int rc = nb_test_main(tests, NB_ARRAY_LEN(tests), argc, argv);
+    nb_ops_ctx_free(tu_gpu);
+    nb_ops_ctx_free(tu_cpu);
+    return rc;
+}
