@@ -42,8 +42,6 @@ size_t nb_utf8_scan(const unsigned char *s, size_t n, int *complete);
 nb_status nb_utf8_lossy(nb_tbuf *b, const char *s, size_t n);
 /* 1 when s[0..n) is valid UTF-8. */
 int nb_utf8_valid(const char *s, size_t n);
-/* Length of an incomplete-but-valid UTF-8 start at the end of s[0..n) (0..3). */
-size_t nb_utf8_incomplete_tail(const char *s, size_t n);
 
 /* Unicode properties as Rust's char methods define them (via utf8proc). */
 int nb_uc_is_whitespace(uint32_t cp);

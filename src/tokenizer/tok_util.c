@@ -159,20 +159,6 @@ int nb_utf8_valid(const char *s, size_t n)
     return 1;
 }
 
-size_t nb_utf8_incomplete_tail(const char *s, size_t n)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    for (size_t back = 1; back <= 3 && back <= n; back++) {
-        unsigned char c = u[n - back];
-        if ((c & 0xC0) == 0x80) continue;
-        if (c < 0x80) return 0;
-        int complete;
-        nb_utf8_scan(u + n - back, back, &complete);
-        return complete == 0 ? back : 0;
-    }
-    return 0;
-}
-
 /* ---- Unicode properties --------------------------------------------------------------- */
 
 /* Rust's char::is_whitespace: the White_Space property. */

@@ -104,10 +104,12 @@ static void test_utf8_lossy(void)
         NB_CHECK(nb_utf8_valid(cases[i].in, strlen(cases[i].in)) == !strcmp(cases[i].in, cases[i].out));
         nb_tbuf_free(&b);
     }
-    NB_CHECK(nb_utf8_incomplete_tail("ab\xe4\xbd", 4) == 2);
-    NB_CHECK(nb_utf8_incomplete_tail("ab\xe4\xbd\xa0", 5) == 0);
-    NB_CHECK(nb_utf8_incomplete_tail("\xf0\x9f\x98", 3) == 3);
-    NB_CHECK(nb_utf8_incomplete_tail("\xff", 1) == 0);
+    int complete;
+    NB_CHECK(nb_utf8_scan((const unsigned char *)"\xe4\xbd", 2, &complete) == 2 && complete == 0);
+    NB_CHECK(nb_utf8_scan((const unsigned char *)"\xe4\xbd\xa0", 3, &complete) == 3 && complete == 1);
+    NB_CHECK(nb_utf8_scan((const unsigned char *)"\xf0\x9f\x98", 3, &complete) == 3 && complete == 0);
+    NB_CHECK(nb_utf8_scan((const unsigned char *)"\xe0\x80", 2, &complete) == 1 && complete == -1);
+    NB_CHECK(nb_utf8_scan((const unsigned char *)"\xff", 1, &complete) == 1 && complete == -1);
 }
 
 static void test_byte_map(void)
