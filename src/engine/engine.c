@@ -109,22 +109,6 @@ nb_engine_params nb_engine_default_params(void)
     return p;
 }
 
-nb_sampling_params nb_sampling_default_params(void)
-{
-    nb_sampling_params s;
-    memset(&s, 0, sizeof s);
-    s.temperature = 1.0f;
-    s.top_k = -1;
-    s.top_p = 1.0f;
-    s.min_p = 0.0f;
-    s.repetition_penalty = 1.0f;
-    s.seed = -1;
-    s.max_tokens = -1;
-    s.n = 1;
-    s.skip_special_tokens = 1;
-    return s;
-}
-
 /* ------------------------------------------------------------------ requests */
 
 static void nb_req_free(nb_req *r)

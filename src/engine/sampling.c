@@ -21,6 +21,22 @@ double nb_rng_uniform(uint64_t seed, uint64_t k)
     return (double)(r >> 11) * (1.0 / 9007199254740992.0);
 }
 
+nb_sampling_params nb_sampling_default_params(void)
+{
+    nb_sampling_params s;
+    memset(&s, 0, sizeof s);
+    s.temperature = 1.0f;
+    s.top_k = -1;
+    s.top_p = 1.0f;
+    s.min_p = 0.0f;
+    s.repetition_penalty = 1.0f;
+    s.seed = -1;
+    s.max_tokens = -1;
+    s.n = 1;
+    s.skip_special_tokens = 1;
+    return s;
+}
+
 nb_status nb_sampler_init(nb_sampler *s, int vocab)
 {
     memset(s, 0, sizeof *s);
