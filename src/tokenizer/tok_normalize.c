@@ -8,13 +8,8 @@
 #include "base/error.h"
 #include "tokenizer/tok_internal.h"
 
-static nb_status nb_norm_unicode(utf8proc_option_t opt, const char *s, size_t n, nb_tbuf *out)
+static nb_status nb_norm_map(utf8proc_option_t opt, const char *s, size_t n, nb_tbuf *out)
 {
-    if (n == 0) return NB_OK;
-    /* ASCII is invariant under every normal form. */
-    size_t i = 0;
-    while (i < n && (unsigned char)s[i] < 0x80) i++;
-    if (i == n) return nb_tbuf_put(out, s, n);
     utf8proc_uint8_t *dst = NULL;
     utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &dst, opt | UTF8PROC_STABLE);
     if (r < 0) {
@@ -24,6 +19,27 @@ static nb_status nb_norm_unicode(utf8proc_option_t opt, const char *s, size_t n,
     nb_status st = nb_tbuf_put(out, dst, (size_t)r);
     free(dst);
     return st;
+}
+
+/* Normal forms, applied chunk by chunk: a string may be cut before any ASCII character
+ * without changing its normal form (ASCII is never the second half of a canonical
+ * composition and, being a starter, never reorders with what precedes it). So ASCII runs
+ * are copied, and only each non-ASCII run, with the ASCII character before it (it may be
+ * the base of a combining mark: e + U+0301), goes through utf8proc. */
+static nb_status nb_norm_unicode(utf8proc_option_t opt, const char *s, size_t n, nb_tbuf *out)
+{
+    size_t i = 0;
+    while (i < n) {
+        size_t j = i;
+        while (j < n && (unsigned char)s[j] < 0x80) j++;
+        if (j == n) return nb_tbuf_put(out, s + i, n - i);
+        size_t k = j > i ? j - 1 : j, e = j;
+        NB_TRY(nb_tbuf_put(out, s + i, k - i));
+        while (e < n && (unsigned char)s[e] >= 0x80) e++;
+        NB_TRY(nb_norm_map(opt, s + k, e - k, out));
+        i = e;
+    }
+    return NB_OK;
 }
 
 static nb_status nb_norm_one(const nb_normalizer *nm, nb_tok_scratch *sc, const char *s, size_t n, nb_tbuf *out)

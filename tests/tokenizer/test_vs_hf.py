@@ -138,6 +138,9 @@ def test_texts(specials):
         "https://example.com/path?q=1&r=[2]#frag", "{\"key\": [1, 2, {\"n\": null}]}",
         "mixed中文and English和数字123在一起", "\U0001F600\U0001F600\U0001F600", "\u0000nul\u0001ctl\u007f",
         # Oniguruma's \s includes U+0085; U+180E (which PCRE2 10.42's \s has) and U+001C are not \s
+        # normalization across ASCII/non-ASCII boundaries: combining marks on ASCII bases,
+        # reordering of marks, conjoining Hangul jamo, compatibility characters
+        "e\u0301 a\u0323\u0302 A\u030a\u0041\u0301x \u1100\u1161\u11a8 k\u1161 \u0071\u0307\u0323 \ufb01x \u2460",
         "a \u0085\u0085b", "a\u180e\u180eb c\u180e \u180e", "q\u180e \u200b\u2028z", "a\u001cb\u001d c \u2029\u0085 \u000b\u000c!",
     ]
     for i, s in enumerate(fixed):
