@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -38,6 +39,28 @@ static void nb_serve_usage(FILE *f)
             "  --cpu-mem-gb G  --max-total-tokens N  --max-running-requests N\n"
             "  --num-continuous-decode-steps N  --chunked-prefill-size N  --max-prefill-tokens N\n"
             "  --schedule-policy fcfs|lpm  --max-queued-requests N  --context-length N  --random-seed N\n");
+}
+
+/* SIGINT/SIGTERM go to a handler, not to a mask: libraries (OpenBLAS) start threads before
+ * main, so no mask set here could cover every thread. Before the model is loaded there is
+ * nothing to drain, and a second signal means "now": both exit at once with the shell's
+ * 128 + signal. The first signal after loading wakes main through a pipe. */
+static volatile sig_atomic_t nb_sig_loaded, nb_sig_delivered;
+static int nb_sig_pipe[2] = {-1, -1};
+
+static void nb_on_signal(int sig)
+{
+    if (!nb_sig_loaded || nb_sig_delivered) {
+        static const char msg[] = "nibble serve: exiting now\n";
+        if (write(STDERR_FILENO, msg, sizeof msg - 1) < 0) {
+        }
+        _exit(128 + sig);
+    }
+    nb_sig_delivered = 1;
+    int saved = errno;
+    if (write(nb_sig_pipe[1], &sig, sizeof sig) < 0) {
+    }
+    errno = saved;
 }
 
 int nb_cmd_serve(int argc, char **argv)
@@ -106,15 +129,16 @@ int nb_cmd_serve(int argc, char **argv)
         fprintf(stderr, "nibble serve: --port must be 0..65535 and --shutdown-timeout >= 0\n");
         return 2;
     }
-    /* Every thread started from here on inherits the blocked mask; the main thread
-     * collects the signals with sigwait once the model is loaded. While loading they keep
-     * their default action, so Ctrl-C interrupts a long load at once. */
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
     signal(SIGPIPE, SIG_IGN);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = nb_on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    if (pipe(nb_sig_pipe) != 0 || sigaction(SIGINT, &sa, NULL) != 0 || sigaction(SIGTERM, &sa, NULL) != 0) {
+        fprintf(stderr, "nibble serve: cannot install signal handlers\n");
+        return 1;
+    }
     nb_server *srv;
     if (nb_server_start(&sp, &srv) != NB_OK) {
         fprintf(stderr, "nibble serve: %s\n", nb_last_error());
@@ -123,20 +147,19 @@ int nb_cmd_serve(int argc, char **argv)
     /* The port line is for scripts that start the server on port 0. */
     printf("nibble serve: listening on http://%s:%d\n", sp.host, nb_server_port(srv));
     fflush(stdout);
-    pthread_sigmask(SIG_UNBLOCK, &sigs, NULL);
     nb_engine *eng;
     nb_status st = nb_engine_create(&ep, &eng);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     if (st != NB_OK) {
         fprintf(stderr, "nibble serve: %s: %s\n", ep.model, nb_last_error());
         nb_server_free(srv);
         return 1;
     }
     if (nb_server_set_engine(srv, eng) != NB_OK) nb_error_clear(); /* logged; completions still serve */
+    nb_sig_loaded = 1;
     printf("nibble serve: ready\n");
     fflush(stdout);
     int sig = 0;
-    while (sigwait(&sigs, &sig) != 0) {
+    while (read(nb_sig_pipe[0], &sig, sizeof sig) != (ssize_t)sizeof sig && errno == EINTR) {
     }
     NB_LOG_INFO("http", "%s received", sig == SIGINT ? "SIGINT" : "SIGTERM");
     nb_server_shutdown(srv, shutdown_timeout);

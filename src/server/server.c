@@ -461,6 +461,20 @@ void nb_server_shutdown(nb_server *s, double grace_s)
     int stuck = s->n_live;
     pthread_mutex_unlock(&s->mu);
     if (stuck) NB_LOG_WARN("http", "%d request(s) still live at stop", stuck);
+    /* libmicrohttpd must not be stopped with suspended connections: wake them all; with
+     * `stopping` set they close instead of parking again. */
+    __atomic_store_n(&s->stopping, 1, __ATOMIC_SEQ_CST);
+    pthread_mutex_lock(&s->mu);
+    for (nb_srv_req *r = s->live; r; r = r->next) {
+        pthread_mutex_lock(&r->mu);
+        if (r->suspended && r->conn_alive) {
+            r->suspended = 0;
+            MHD_resume_connection(r->conn);
+        }
+        pthread_mutex_unlock(&r->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (stuck) nb_sleep_ms(100);
     MHD_stop_daemon(s->mhd);
     s->mhd = NULL;
     NB_LOG_INFO("http", "stopped");

@@ -30,7 +30,7 @@ struct nb_server {
     const char *bos, *eos;
     int32_t think_open_id, think_close_id; /* >= 0 when <think>/</think> are special tokens */
     nb_srv_metrics *metrics;
-    volatile int ready, draining;
+    volatile int ready, draining, stopping; /* stopping: HTTP is about to stop, never suspend */
     pthread_mutex_t mu;     /* guards live list and counters below */
     nb_srv_req *live;       /* generation requests with engine work outstanding */
     int n_live, n_conns;    /* n_conns: connection contexts not yet completed */

@@ -423,6 +423,10 @@ static ssize_t nb_stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
         nb_srv_ev *e = r->ev_head;
         r->ev_head = r->ev_tail = NULL;
         int finished = r->finished;
+        if (!e && !finished && __atomic_load_n(&r->srv->stopping, __ATOMIC_SEQ_CST)) {
+            pthread_mutex_unlock(&r->mu);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
         if (!e && !finished) {
             /* Nothing to send: park the connection until the engine delivers. */
             r->suspended = 1;
@@ -461,7 +465,8 @@ enum MHD_Result nb_session_complete(nb_server *s, struct MHD_Connection *c, nb_c
         nb_accum_event(r, e);
         free(e);
     }
-    if (!finished) { /* resumed early (shutdown): wait again */
+    if (!finished) { /* resumed early (shutdown): wait again, unless HTTP is stopping */
+        if (__atomic_load_n(&s->stopping, __ATOMIC_SEQ_CST)) return MHD_NO;
         pthread_mutex_lock(&r->mu);
         if (!r->finished) {
             r->suspended = 1;
