@@ -169,6 +169,7 @@ nb_status tpl_getitem(tpl_ctx *c, int line, tv obj, tv key, tv *out)
         break;
     }
     case TV_LIST:
+        if (obj.flag & (TV_F_KEYS | TV_F_VALUES | TV_F_ITEMS)) break; /* dict views are not subscriptable */
         if (as_index(key, &i)) {
             int64_t n = (int64_t)obj.u.l->n;
             if (i < 0) i += n;
@@ -242,10 +243,10 @@ static nb_status slice_indices(tpl_ctx *c, int line, int64_t n, tv start, tv sto
 static nb_status do_slice(tpl_ctx *c, int line, tv obj, tv start, tv stop, tv step, tv *out)
 {
     if (obj.t == TV_UNDEF) return tpl_undef_error(c, line, obj);
-    if (obj.t != TV_LIST && obj.t != TV_STR) {
-        *out = tpl_undef_msg(c, "'%s object' is not subscriptable%s", tv_type_name(obj), NULL);
-        return NB_OK;
-    }
+    /* jinja2 compiles slices to a plain Python subscript (no getitem fallback) */
+    if (obj.t == TV_DICT) return tpl_fail(c, line, "unhashable type: 'slice'");
+    if ((obj.t != TV_LIST && obj.t != TV_STR) || (obj.t == TV_LIST && (obj.flag & (TV_F_KEYS | TV_F_VALUES | TV_F_ITEMS))))
+        return tpl_fail(c, line, "'%s' object is not subscriptable", tv_type_name(obj));
     int64_t a, b, s;
     if (obj.t == TV_LIST) {
         NB_TRY(slice_indices(c, line, (int64_t)obj.u.l->n, start, stop, step, &a, &b, &s));

@@ -667,8 +667,10 @@ nb_status tpl_filter(tpl_ctx *c, int line, const char *name, tv v, const tv *arg
     }
     if (!strcmp(name, "indent")) {
         BIND("width", "first", "blank");
-        tv s;
-        NB_TRY(tpl_to_str(c, line, v, &s));
+        /* jinja2 appends "\n" to the value: anything but a string fails there */
+        if (v.t == TV_UNDEF) return tpl_undef_error(c, line, v);
+        if (v.t != TV_STR) return tpl_fail(c, line, "indent: expected a string, got %s", tv_type_name(v));
+        tv s = v;
         if (GIVEN(a[0]) && a[0].t != TV_INT && a[0].t != TV_STR) return tpl_fail(c, line, "indent: width must be int or str");
         return f_indent(c, line, s, a[0], GIVEN(a[1]) && tv_truthy(a[1]), GIVEN(a[2]) && tv_truthy(a[2]), out);
     }

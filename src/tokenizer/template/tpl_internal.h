@@ -48,6 +48,9 @@ typedef enum tv_type {
 
 #define TV_F_TUPLE 1  /* TV_LIST */
 #define TV_F_UNSAFE 2 /* TV_UNDEF: a sandbox-refused attribute; s.p holds the message */
+#define TV_F_KEYS 4   /* TV_LIST from dict.keys(): repr "dict_keys([...])" */
+#define TV_F_VALUES 8 /* dict.values() */
+#define TV_F_ITEMS 16 /* dict.items() */
 
 typedef struct tpl_list tpl_list;
 typedef struct tpl_dict tpl_dict;

@@ -130,6 +130,7 @@ static nb_status call_dict_method(tpl_ctx *c, int line, tv d, const char *m, con
         }
     }
     l.u.l->n = d.u.d->n;
+    l.flag = m[0] == 'k' ? TV_F_KEYS : m[0] == 'v' ? TV_F_VALUES : TV_F_ITEMS;
     *out = l;
     return NB_OK;
 }

@@ -177,7 +177,8 @@ int tv_eq(tv a, tv b)
     case TV_NONE: return 1;
     case TV_STR: return a.u.s.n == b.u.s.n && !memcmp(a.u.s.p, b.u.s.p, a.u.s.n);
     case TV_LIST:
-        if ((a.flag & TV_F_TUPLE) != (b.flag & TV_F_TUPLE)) return 0;
+        if (a.flag != b.flag) return 0; /* list vs tuple vs dict views */
+        if ((a.flag & TV_F_VALUES) && a.u.l != b.u.l) return 0; /* dict_values compare by identity */
         if (a.u.l->n != b.u.l->n) return 0;
         for (size_t i = 0; i < a.u.l->n; i++)
             if (!tv_eq(a.u.l->v[i], b.u.l->v[i])) return 0;
@@ -235,7 +236,9 @@ const char *tv_type_name(tv v)
     case TV_INT: return "int";
     case TV_FLOAT: return "float";
     case TV_STR: return "str";
-    case TV_LIST: return (v.flag & TV_F_TUPLE) ? "tuple" : "list";
+    case TV_LIST:
+        return (v.flag & TV_F_TUPLE) ? "tuple" : (v.flag & TV_F_KEYS) ? "dict_keys" : (v.flag & TV_F_VALUES) ? "dict_values"
+             : (v.flag & TV_F_ITEMS) ? "dict_items" : "list";
     case TV_DICT: return "dict";
     case TV_NS: return "Namespace";
     case TV_LOOP: return "LoopContext";
@@ -540,6 +543,9 @@ static void repr_depth(tpl_buf *b, tv v, int depth)
     case TV_STR: str_repr(b, v.u.s.p, v.u.s.n); break;
     case TV_LIST: {
         int tup = v.flag & TV_F_TUPLE;
+        const char *view = (v.flag & TV_F_KEYS) ? "dict_keys(" : (v.flag & TV_F_VALUES) ? "dict_values("
+                         : (v.flag & TV_F_ITEMS) ? "dict_items(" : NULL;
+        if (view) tpl_buf_puts(b, view);
         tpl_buf_putc(b, tup ? '(' : '[');
         for (size_t i = 0; i < v.u.l->n; i++) {
             if (i) tpl_buf_puts(b, ", ");
@@ -547,6 +553,7 @@ static void repr_depth(tpl_buf *b, tv v, int depth)
         }
         if (tup && v.u.l->n == 1) tpl_buf_putc(b, ',');
         tpl_buf_putc(b, tup ? ')' : ']');
+        if (view) tpl_buf_putc(b, ')');
         break;
     }
     case TV_DICT: dict_repr(b, v.u.d, depth); break;
