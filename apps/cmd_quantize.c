@@ -14,12 +14,13 @@ const char nb_cmd_quantize_summary[] = "convert a BF16 checkpoint to NVFP4 (Mode
 static void nb_quantize_usage(FILE *f)
 {
     fprintf(f, "usage: nibble quantize IN_DIR OUT_DIR [--exclude GLOB]... [--all-linear]\n"
-               "                      [--no-share-gate-up] [--shard-size GIB]\n\n"
+               "                      [--no-share-gate-up] [--shard-size GIB] [--threads N]\n\n"
                "  --exclude GLOB       leave modules matching GLOB (fnmatch, e.g. 'model.layers.0.*') unquantized\n"
                "  --all-linear         also quantize attention projections, shared experts and dense MLPs\n"
                "                       (router, norms, embeddings, lm_head and the DSA indexer never are)\n"
                "  --no-share-gate-up   give gate and up of one MLP their own weight_scale_2\n"
-               "  --shard-size GIB     largest output shard (default 4)\n");
+               "  --shard-size GIB     largest output shard (default 4)\n"
+               "  --threads N          quantizing threads (default: online CPUs, at most 16)\n");
 }
 
 int nb_cmd_quantize(int argc, char **argv)
@@ -49,6 +50,13 @@ int nb_cmd_quantize(int argc, char **argv)
                 return 2;
             }
             p.shard_bytes = (uint64_t)(g * (double)(1ull << 30));
+        } else if (!strcmp(a, "--threads") && i + 1 < argc) {
+            p.threads = atoi(argv[++i]);
+            if (p.threads < 1) {
+                fprintf(stderr, "nibble quantize: --threads must be at least 1\n");
+                free(ex);
+                return 2;
+            }
         } else if (a[0] != '-' && !in) {
             in = a;
         } else if (a[0] != '-' && !out) {

@@ -5,9 +5,11 @@
 #include <cjson/cJSON.h>
 #include <fnmatch.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "base/file.h"
@@ -27,6 +29,8 @@ nb_quantize_params nb_quantize_default_params(void)
     p.share_gate_up = 1;
     p.shard_bytes = (uint64_t)4 << 30;
     p.progress = 1;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    p.threads = n > 0 ? (int)NB_MIN(n, 16) : 1;
     return p;
 }
 
@@ -211,6 +215,54 @@ typedef struct nb_q_ctx {
     nb_progress prog;
 } nb_q_ctx;
 
+/* One thread's share of a chunk: rows [r0, r0 + rows) of t, at row offset `at` in the
+ * chunk buffers. */
+typedef struct nb_q_part {
+    const nb_st_tensor *t;
+    int64_t r0, rows, at;
+    float ws2;
+    float *fbuf;
+    uint8_t *pbuf, *sbuf;
+    nb_status s;
+} nb_q_part;
+
+static void *nb_q_part_run(void *arg)
+{
+    nb_q_part *p = arg;
+    const int64_t k = p->t->shape[1];
+    p->s = nb_st_rows_to_f32(p->t, p->r0, p->rows, p->fbuf + p->at * k);
+    if (!p->s)
+        nb_nvfp4_quantize_rows_ref(p->fbuf + p->at * k, p->rows, k, p->ws2, p->pbuf + p->at * (k / 2),
+                                   p->sbuf + p->r0 * (k / 16));
+    return NULL;
+}
+
+/* Quantize rows [r0, r0 + rows) of t into c->pbuf (packed, from its start) and c->sbuf
+ * (scales, at their place in the whole tensor), split over c->p->threads threads. Rows
+ * are independent, so the bytes do not depend on the thread count. */
+static nb_status nb_q_rows_parallel(nb_q_ctx *c, const nb_st_tensor *t, int64_t r0, int64_t rows, float ws2)
+{
+    enum { NB_Q_MAX_THREADS = 64 };
+    int nt = c->p->threads > 0 ? NB_MIN(c->p->threads, NB_Q_MAX_THREADS) : 1;
+    if (rows < nt * 4) nt = 1;
+    nb_q_part parts[NB_Q_MAX_THREADS];
+    pthread_t th[NB_Q_MAX_THREADS];
+    int started[NB_Q_MAX_THREADS] = {0};
+    for (int i = 0; i < nt; i++) {
+        int64_t a = rows * i / nt, b = rows * (i + 1) / nt;
+        parts[i] = (nb_q_part){t, r0 + a, b - a, a, ws2, c->fbuf, c->pbuf, c->sbuf, NB_OK};
+        if (i > 0) started[i] = pthread_create(&th[i], NULL, nb_q_part_run, &parts[i]) == 0;
+        if (i > 0 && !started[i]) nb_q_part_run(&parts[i]); /* no thread: do it here */
+    }
+    nb_q_part_run(&parts[0]);
+    nb_status s = NB_OK;
+    for (int i = 0; i < nt; i++) {
+        if (started[i]) pthread_join(th[i], NULL);
+        if (!s && parts[i].s) s = parts[i].s;
+    }
+    return s;
+}
+
 /* Write one job's output tensors (weight, weight_scale, weight_scale_2, or the copy). */
 static nb_status nb_q_write_job(nb_q_ctx *c, int idx, nb_st_writer *w)
 {
@@ -244,8 +296,7 @@ static nb_status nb_q_write_job(nb_q_ctx *c, int idx, nb_st_writer *w)
     }
     for (int64_t r = 0; r < n; r += chunk) {
         int64_t rows = NB_MIN(chunk, n - r);
-        NB_TRY(nb_st_rows_to_f32(t, r, rows, c->fbuf));
-        nb_nvfp4_quantize_rows_ref(c->fbuf, rows, k, j->ws2, c->pbuf, c->sbuf + r * (k / 16));
+        NB_TRY(nb_q_rows_parallel(c, t, r, rows, j->ws2));
         NB_TRY(nb_st_writer_write(w, c->pbuf, (size_t)(rows * k / 2)));
         nb_progress_add(&c->prog, (uint64_t)(rows * k) * nb_dtype_size(t->dtype));
     }

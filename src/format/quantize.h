@@ -42,6 +42,8 @@ typedef struct nb_quantize_params {
     int share_gate_up;          /* default 1 */
     uint64_t shard_bytes;       /* default 4 GiB */
     int progress;               /* draw a progress bar (on a TTY) */
+    int threads;                /* quantizing threads (default: online CPUs, at most 16); the
+                                   output does not depend on it */
 } nb_quantize_params;
 
 nb_quantize_params nb_quantize_default_params(void);

@@ -458,6 +458,19 @@ static void test_fixtures_quantize(void)
             nb_checkpoint_close(ck);
         }
     }
+    /* the thread count does not change a byte */
+    if (nb_path_exists("tests/fixtures/glm_moe_dsa/model.safetensors")) {
+        nb_quantize_params p = nb_quantize_default_params();
+        p.progress = 0;
+        p.all_linear = 1;
+        p.threads = 1;
+        snprintf(out, sizeof out, "%s/t1", tmp);
+        snprintf(out2, sizeof out2, "%s/t5", tmp);
+        NB_CHECK_OK(nb_quantize_checkpoint("tests/fixtures/glm_moe_dsa", out, &p));
+        p.threads = 5;
+        NB_CHECK_OK(nb_quantize_checkpoint("tests/fixtures/glm_moe_dsa", out2, &p));
+        NB_CHECK(same_checkpoint(out, out2));
+    }
     rm_rf(tmp);
     if (!seen) nb_test_skip("no tests/fixtures/*/model.safetensors");
 }
