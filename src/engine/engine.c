@@ -311,7 +311,11 @@ static void nb_sample_and_deliver(nb_engine *e, nb_req *r, int ci, float *row)
     nb_seq *q = c->seq;
     nb_sample smp;
     nb_sample_token(&e->sampler, row, &r->sp, c->seed, q->tokens, q->prompt_len, q->len, &smp);
-    nb_seq_append(q, smp.token);
+    if (nb_seq_append(q, smp.token) != NB_OK) {
+        NB_LOG_ERROR("engine", "request %llu: %s; aborting it", (unsigned long long)r->id, nb_last_error());
+        nb_emit_finish(e, r, ci, NB_FINISH_ABORT, -1, -1);
+        return;
+    }
     c->n_out++;
 
     const char *text = NULL;

@@ -7,22 +7,42 @@
 #include "base/error.h"
 #include "base/log.h"
 
+/* Make room for min(need, cap) entries. 0 when memory ran out. */
+static int nb_seq_reserve(nb_seq *s, int need)
+{
+    if (need > s->cap) need = s->cap;
+    if (need <= s->alloc) return 1;
+    int na = s->alloc * 2 > need ? s->alloc * 2 : need;
+    if (na > s->cap) na = s->cap;
+    int32_t *t = realloc(s->tokens, (size_t)na * sizeof *t);
+    if (!t) return 0;
+    s->tokens = t;
+    int32_t *sl = realloc(s->slots, (size_t)na * sizeof *sl);
+    if (!sl) return 0;
+    s->slots = sl;
+    int32_t *pg = realloc(s->pages, (size_t)nb_pages_for(na, s->page_size) * sizeof *pg);
+    if (!pg) return 0;
+    s->pages = pg;
+    s->alloc = na;
+    return 1;
+}
+
+static int nb_round_up(int n, int m) { return (n + m - 1) / m * m; }
+
 nb_status nb_seq_new(const int32_t *prompt, int prompt_len, int cap, int page_size, nb_seq **out)
 {
     if (prompt_len < 1 || cap < prompt_len || page_size < 1)
         return nb_error(NB_ERR_INVALID_ARG, "sequence: prompt_len %d, cap %d", prompt_len, cap);
     nb_seq *s = calloc(1, sizeof *s);
     if (!s) return nb_error(NB_ERR_OUT_OF_MEMORY, "sequence");
-    s->tokens = malloc((size_t)cap * sizeof *s->tokens);
-    s->slots = malloc((size_t)cap * sizeof *s->slots);
-    s->pages = malloc((size_t)nb_pages_for(cap, page_size) * sizeof *s->pages);
-    if (!s->tokens || !s->slots || !s->pages) {
+    s->cap = cap;
+    s->page_size = page_size;
+    if (!nb_seq_reserve(s, nb_round_up(prompt_len + 1, page_size))) {
         nb_seq_free(s);
-        return nb_error(NB_ERR_OUT_OF_MEMORY, "sequence of %d tokens", cap);
+        return nb_error(NB_ERR_OUT_OF_MEMORY, "sequence of %d tokens", prompt_len);
     }
     memcpy(s->tokens, prompt, (size_t)prompt_len * sizeof *prompt);
     s->prompt_len = s->len = prompt_len;
-    s->cap = cap;
     *out = s;
     return NB_OK;
 }
@@ -36,10 +56,13 @@ void nb_seq_free(nb_seq *s)
     free(s);
 }
 
-void nb_seq_append(nb_seq *s, int32_t tok)
+nb_status nb_seq_append(nb_seq *s, int32_t tok)
 {
     NB_ASSERT(s->len < s->cap);
+    if (!nb_seq_reserve(s, nb_round_up(s->len + 1, s->page_size)))
+        return nb_error(NB_ERR_OUT_OF_MEMORY, "sequence: growing to %d tokens", s->len + 1);
     s->tokens[s->len++] = tok;
+    return NB_OK;
 }
 
 nb_status nb_sched_init(nb_sched *s, const nb_sched_params *p, nb_kv_pages *kv)
@@ -141,11 +164,13 @@ void nb_sched_remove(nb_sched *s, nb_seq *q)
 static int nb_seq_grow(nb_sched *s, nb_seq *q, int upto)
 {
     int ps = s->kv->page_size;
+    /* the slot array covers every position a page can hold (see nb_seq.alloc) */
+    NB_ASSERT(nb_pages_for(upto, ps) * ps <= q->alloc || q->alloc == q->cap);
     while (q->n_pages * ps < upto) {
         int32_t pg = nb_kv_pages_alloc(s->kv);
         if (pg < 0) return 0;
         q->pages[q->n_pages] = pg;
-        for (int o = 0; o < ps && q->n_pages * ps + o < q->cap; o++) q->slots[q->n_pages * ps + o] = pg * ps + o;
+        for (int o = 0; o < ps && q->n_pages * ps + o < q->alloc; o++) q->slots[q->n_pages * ps + o] = pg * ps + o;
         q->n_pages++;
     }
     return 1;

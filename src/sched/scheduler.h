@@ -32,10 +32,14 @@ typedef enum nb_seq_state { NB_SEQ_NEW = 0, NB_SEQ_WAITING, NB_SEQ_RUNNING, NB_S
 typedef struct nb_seq {
     uint64_t arrival;   /* submit order (set by nb_sched_add) */
     uint64_t admitted;  /* admission counter at the last admission; larger = more recent */
-    int32_t *tokens;    /* [cap]: prompt then output */
-    int32_t *slots;     /* [cap]: KV slot of each position with a page */
-    int32_t *pages;     /* [ceil(cap / page_size)] */
+    int32_t *tokens;    /* [alloc]: prompt then output */
+    int32_t *slots;     /* [alloc]: KV slot of each position with a page */
+    int32_t *pages;     /* [ceil(alloc / page_size)] */
     int prompt_len, len, cap;
+    int alloc;          /* entries allocated: grows with len (a sequence may have a cap of
+                           200k tokens and stop after 10), always >= min(cap, len rounded
+                           up to a page) */
+    int page_size;
     int n_computed;
     int n_pages;
     int n_preempted;
@@ -44,11 +48,12 @@ typedef struct nb_seq {
     int index;          /* the engine's choice index */
 } nb_seq;
 
-/* Allocate a sequence able to hold `cap` tokens, starting with the prompt. */
+/* A sequence that may grow to `cap` tokens, starting with the prompt. */
 nb_status nb_seq_new(const int32_t *prompt, int prompt_len, int cap, int page_size, nb_seq **out);
 void nb_seq_free(nb_seq *s);
-/* Append a sampled token (len < cap required). */
-void nb_seq_append(nb_seq *s, int32_t tok);
+/* Append a sampled token (len < cap required). NB_ERR_OUT_OF_MEMORY when its arrays
+ * cannot grow (the sequence is unchanged). */
+nb_status nb_seq_append(nb_seq *s, int32_t tok);
 
 typedef struct nb_sched_params {
     int max_running_requests;        /* >= 1 */

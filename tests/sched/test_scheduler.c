@@ -57,7 +57,7 @@ static int check_invariants(sim *m)
             int pg = q->pages[k];
             if (pg < 0 || pg >= m->kv.n_pages || owner[pg]++) bad++;
             held++;
-            for (int o = 0; o < ps && k * ps + o < q->cap; o++)
+            for (int o = 0; o < ps && k * ps + o < q->alloc; o++)
                 if (q->slots[k * ps + o] != pg * ps + o) bad++;
         }
     }
@@ -356,7 +356,25 @@ static void test_property_random(void)
     NB_CHECK(total_preempt > 0);
 }
 
+/* A sequence allowed 200k tokens allocates for what it holds, not for its cap. */
+static void test_lazy_growth(void)
+{
+    sim m;
+    sim_init(&m, 64, 16, params(4, 1, 8192, 16384));
+    nb_seq *q = mkseq(10, 200000, 16);
+    NB_CHECK(q->alloc < 64);
+    nb_sched_add(&m.s, q);
+    for (int i = 0; i < 100; i++) sim_step(&m);
+    NB_CHECK(q->len == 110 && q->alloc >= 112 && q->alloc <= 512);
+    NB_CHECK(q->n_pages == 7 && q->n_computed == 109);
+    nb_sched_remove(&m.s, q);
+    NB_CHECK(m.kv.n_free == 64);
+    nb_seq_free(q);
+    sim_free(&m);
+}
+
 static const nb_test tests[] = {
+    {"lazy_growth", test_lazy_growth},
     {"admission_limit", test_admission_limit},
     {"chunked_prefill", test_chunked_prefill},
     {"no_chunking_max_prefill", test_no_chunking_max_prefill},
