@@ -157,21 +157,32 @@ static void *nb_watch_main(void *arg)
 
 /* ---- GET endpoints ------------------------------------------------------------------ */
 
-static enum MHD_Result nb_get_models(struct MHD_Connection *c, nb_server *s)
+static cJSON *nb_model_object(nb_server *s)
 {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "object", "list");
-    cJSON *d = cJSON_AddArrayToObject(o, "data");
-    if (s->ready) {
-        cJSON *m = cJSON_CreateObject();
-        cJSON_AddStringToObject(m, "id", s->served_name);
-        cJSON_AddStringToObject(m, "object", "model");
-        cJSON_AddNumberToObject(m, "created", (double)time(NULL));
-        cJSON_AddStringToObject(m, "owned_by", "nibble");
-        cJSON_AddStringToObject(m, "root", s->info.model_name);
-        cJSON_AddNumberToObject(m, "max_model_len", s->info.context_length);
-        cJSON_AddNumberToObject(m, "vocab_size", s->info.vocab_size);
-        cJSON_AddItemToArray(d, m);
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", s->served_name);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)time(NULL));
+    cJSON_AddStringToObject(m, "owned_by", "nibble");
+    cJSON_AddStringToObject(m, "root", s->info.model_name);
+    cJSON_AddNumberToObject(m, "max_model_len", s->info.context_length);
+    cJSON_AddNumberToObject(m, "vocab_size", s->info.vocab_size);
+    return m;
+}
+
+/* GET /v1/models, or GET /v1/models/ID when id is not NULL. */
+static enum MHD_Result nb_get_models(struct MHD_Connection *c, nb_server *s, const char *id)
+{
+    cJSON *o;
+    if (id) {
+        if (!s->ready || (strcmp(id, s->served_name) && strcmp(id, s->info.model_name)))
+            return nb_error_reply(c, s, 404, "invalid_request_error", "model_not_found", "no such model");
+        o = nb_model_object(s);
+    } else {
+        o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "object", "list");
+        cJSON *d = cJSON_AddArrayToObject(o, "data");
+        if (s->ready) cJSON_AddItemToArray(d, nb_model_object(s));
     }
     char *body = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
@@ -272,9 +283,9 @@ static enum MHD_Result nb_on_request(void *cls, struct MHD_Connection *c, const 
     if (v1 && !nb_authorized(c, s))
         return nb_error_reply(c, s, 401, "invalid_request_error", "invalid_api_key",
                               "missing or incorrect API key (send Authorization: Bearer KEY)");
-    if (!strcmp(url, "/v1/models")) {
+    if (!strcmp(url, "/v1/models") || !strncmp(url, "/v1/models/", 11)) {
         if (!is_get) return nb_error_reply(c, s, 405, "invalid_request_error", "method_not_allowed", "use GET");
-        return nb_get_models(c, s);
+        return nb_get_models(c, s, url[10] == '/' ? url + 11 : NULL);
     }
     if (!gen) return nb_error_reply(c, s, 404, "invalid_request_error", "not_found", "no such endpoint");
     if (!is_post) return nb_error_reply(c, s, 405, "invalid_request_error", "method_not_allowed", "use POST");

@@ -280,6 +280,7 @@ def main():
         models = c.models.list()
         model = models.data[0].id
         print("model:", model)
+        check(c.models.retrieve(model).id == model, "GET /v1/models/ID")
         greedy = test_completions(c, model)
         test_n_seed_batch(c, model)
         test_stop(c, model, greedy)
