@@ -58,6 +58,14 @@ def test_completions(c, model):
     r2 = c.completions.create(model=model, prompt="Hello, world", max_tokens=12, temperature=0,
                               extra_body={"ignore_eos": True})
     check(r2.usage.prompt_tokens == 12 and r2.choices[0].text == r.choices[0].text, "text prompt == id prompt")
+    e = c.completions.create(model=model, prompt="Hello, world", max_tokens=12, temperature=0, echo=True,
+                             extra_body={"ignore_eos": True})
+    check(e.choices[0].text == "Hello, world" + r.choices[0].text, "echo prepends the prompt")
+    cu = c.completions.create(model=model, prompt=IDS, max_tokens=5, temperature=0, stream=True,
+                              stream_options={"include_usage": True, "continuous_usage_stats": True},
+                              extra_body={"ignore_eos": True})
+    seen = [ch.usage.completion_tokens for ch in cu if ch.usage]
+    check(seen == sorted(seen) and seen[-1] == 5, f"continuous usage {seen}")
     # Default max_tokens is 16 (OpenAI's completions default).
     r3 = c.completions.create(model=model, prompt=IDS, temperature=0, extra_body={"ignore_eos": True})
     check(r3.usage.completion_tokens == 16, f"default max_tokens gave {r3.usage.completion_tokens}")
