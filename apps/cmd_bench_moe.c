@@ -11,6 +11,7 @@
 
 const char nb_cmd_bench_moe_summary[] = "time the NVFP4 MoE layer per token count vs the copy/matmul floor";
 
+#if NIBBLE_HAVE_CUDA
 /* "1,2,10" -> ints; returns the count or -1. */
 static int parse_list(const char *s, int *out, int max)
 {
@@ -25,6 +26,7 @@ static int parse_list(const char *s, int *out, int max)
     }
     return n;
 }
+#endif
 
 int nb_cmd_bench_moe(int argc, char **argv)
 {
