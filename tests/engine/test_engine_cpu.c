@@ -325,7 +325,56 @@ static void test_glm5_tiny_text_and_stops(void)
     nb_engine_destroy(e);
 }
 
+/* Every synthetic family, shrunk by overrides, loads through the normal binder, gives
+ * finite logits and runs through the engine (also with NVFP4 experts). */
+static void test_synthetic_families(void)
+{
+    const char *specs[] = {
+        "synthetic:deepseek-v3:hidden_size=64,num_hidden_layers=2,first_k_dense_replace=1,intermediate_size=128,"
+        "moe_intermediate_size=32,n_routed_experts=8,num_experts_per_tok=2,n_group=2,topk_group=1,num_attention_heads=2,"
+        "num_key_value_heads=2,q_lora_rank=32,kv_lora_rank=16,qk_nope_head_dim=16,qk_rope_head_dim=8,v_head_dim=16,"
+        "vocab_size=300",
+        "synthetic:glm4-moe:hidden_size=64,num_hidden_layers=2,first_k_dense_replace=1,intermediate_size=128,"
+        "moe_intermediate_size=32,n_routed_experts=8,num_experts_per_tok=2,num_attention_heads=4,num_key_value_heads=2,"
+        "head_dim=16,vocab_size=300,use_qk_norm=true",
+        "synthetic:qwen3-moe:hidden_size=64,num_hidden_layers=2,intermediate_size=128,moe_intermediate_size=32,"
+        "num_experts=8,num_experts_per_tok=2,num_attention_heads=4,num_key_value_heads=2,head_dim=16,vocab_size=300,"
+        "experts=nvfp4",
+        "synthetic:glm5:hidden_size=64,num_hidden_layers=2,first_k_dense_replace=1,intermediate_size=128,"
+        "moe_intermediate_size=32,n_routed_experts=8,num_experts_per_tok=2,num_attention_heads=2,num_key_value_heads=2,"
+        "q_lora_rank=32,kv_lora_rank=16,qk_nope_head_dim=16,qk_rope_head_dim=8,v_head_dim=16,index_n_heads=2,"
+        "index_head_dim=16,index_topk=8,vocab_size=300",
+    };
+    for (size_t i = 0; i < NB_ARRAY_LEN(specs); i++) {
+        nb_engine_params p = nb_engine_default_params();
+        p.model = specs[i];
+        p.max_total_tokens = 512;
+        p.page_size = 8;
+        p.cpu_mem_gb = 1;
+        nb_engine *e = NULL;
+        NB_CHECK_OK(nb_engine_create(&p, &e));
+        if (!e) continue;
+        int32_t prompt[12] = {3, 14, 15, 92, 65, 35, 89, 79, 32, 38, 46, 26};
+        nb_sampling_params sp = nb_sampling_default_params();
+        sp.temperature = 0;
+        sp.max_tokens = 6;
+        sp.ignore_eos = 1;
+        outc a, b;
+        memset(&a, 0, sizeof a);
+        memset(&b, 0, sizeof b);
+        pthread_mutex_init(&a.mu, NULL);
+        pthread_mutex_init(&b.mu, NULL);
+        NB_CHECK_OK(nb_engine_submit(e, prompt, 12, &sp, on_ev, &a, NULL));
+        NB_CHECK_OK(nb_engine_submit(e, prompt, 12, &sp, on_ev, &b, NULL));
+        nb_engine_wait_idle(e);
+        NB_CHECK_MSG(a.finished == 1 && a.n == 6 && b.n == 6 && !memcmp(a.toks, b.toks, sizeof(int32_t) * 6), "%s",
+                     specs[i]);
+        nb_engine_destroy(e);
+    }
+}
+
 static const nb_test tests[] = {
+    {"synthetic_families", test_synthetic_families},
     {"glm5_tiny_text_and_stops", test_glm5_tiny_text_and_stops},
     {"glm5_tiny_sane", test_glm5_tiny_sane},
     {"invariance_glm5_tiny", test_invariance_glm5_tiny},
