@@ -3,12 +3,15 @@
 # ones: cJSON, libmicrohttpd, PCRE2, utf8proc, libcurl, OpenBLAS and their own needs) into
 # .devlibs/ (git-ignored), to carry with the `run` tool and put on LD_LIBRARY_PATH there.
 # glibc, the CUDA driver and the CUDA toolkit's libraries are left out: the machine has them.
+# Also writes .devlibs.tar.xz (OpenBLAS alone is 36 MB; the archive is about 11 MB), which is
+# what to carry: scripts/device-moe.sh unpacks it there.
 #   scripts/device-libs.sh [BINARY]        (default build-moe/nibble)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:-build-moe/nibble}
 DEST=.devlibs
 grep -qx '/.devlibs/' .git/info/exclude 2>/dev/null || echo '/.devlibs/' >>.git/info/exclude
+grep -qx '/.devlibs.tar.xz' .git/info/exclude 2>/dev/null || echo '/.devlibs.tar.xz' >>.git/info/exclude
 mkdir -p "$DEST"
 ldd "$BIN" | awk '/=> \//{print $3}' | while read -r lib; do
   base=$(basename "$lib")
@@ -19,5 +22,5 @@ ldd "$BIN" | awk '/=> \//{print $3}' | while read -r lib; do
   case "$lib" in /usr/local/cuda*) continue ;; esac
   cp -L "$lib" "$DEST/$base"
 done
-du -sh "$DEST"
-ls "$DEST"
+tar -cJf .devlibs.tar.xz "$DEST"
+du -sh "$DEST" .devlibs.tar.xz
