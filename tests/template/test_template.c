@@ -86,6 +86,14 @@ static void test_statements(void)
     expect("{% set x = 0 %}{% for i in xs %}{{ x }}{% set x = i %}{% endfor %}{{ x }}", "0000");
     expect("{% for x in xs %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 3 %}{% break %}{% endif %}{{ x }}{% else %}E{% endfor %}", "1");
     expect("{% for x in [] %}no{% else %}empty{% endfor %}", "empty");
+    /* jinja2 quirks: else runs unless an iteration reached the end of the body; block set
+     * and filter bodies are scopes of their own */
+    expect("{% for i in xs %}{% if loop.first %}{% break %}{% endif %}{{ i }}{% else %}E{% endfor %}|"
+           "{% for i in xs %}{% continue %}{% else %}E2{% endfor %}|"
+           "{% for i in xs %}{{ i }}{% if i == 2 %}{% break %}{% endif %}{% else %}E3{% endfor %}",
+           "E|E2|12");
+    expect("{% set b %}{% set q = 2 %}{{ q }}{% endset %}{{ b }}{{ q }}|{% filter upper %}{% set r = 1 %}a{% endfilter %}{{ r }}",
+           "2|A");
 }
 
 static void test_syntax_errors_name_the_line(void)

@@ -8,6 +8,8 @@ transformers' tojson / raise_exception / strftime_now, the {% generation %} tag)
 Checks, each an exact string comparison (or both sides failing):
   * snippets.json: small templates over the expression / filter / statement surface;
   * templates/*.jinja x cases/*.json: the project's chat templates with many message lists;
+  * 300 random templates of nested statements (seeded): scoping, loops, break/continue,
+    for-else, macros, call / filter / with / block-set bodies;
   * --model DIR: model folders built here (template string, named templates, a
     chat_template.jinja file, with and without tokenizer.json), bos/eos from the config;
   * with --dir DIR (or NIBBLE_TEMPLATE_DIR): every *.jinja in DIR x cases/*.json; without it
@@ -269,6 +271,66 @@ def ours_model(binary, model_dir, messages, tools, kwargs, tmp):
     return True, p.stdout.decode("utf-8")
 
 
+def random_statement_template(rng):
+    """A random template of nested for / if / set / namespace / macro / call / filter / with
+    / block-set statements with break and continue: the scoping rules are where an
+    interpreter most easily drifts from jinja2."""
+    def val():
+        return rng.choice(["x", "y", "z", "1", "2", "'s'", "ns.a", "loop.index", "i", "j", "x ~ y", "(x or 0) + 1",
+                           "m(1)", "undefined_v"])
+
+    def block(d):
+        out = []
+        for _ in range(rng.randint(1, 3)):
+            k = rng.random()
+            if d > 0 and k < 0.2:
+                v = rng.choice(["i", "j"])
+                out.append("{%% for %s in %s %%}%s{%% endfor %%}" % (v, rng.choice(["[1, 2]", "[3]", "[]", "range(3)"]),
+                                                                    block(d - 1)))
+            elif d > 0 and k < 0.35:
+                out.append("{%% if %s %%}%s{%% else %%}%s{%% endif %%}" % (val(), block(d - 1), block(d - 1)))
+            elif k < 0.55:
+                out.append("{%% set %s = %s %%}" % (rng.choice(["x", "y", "z"]), val()))
+            elif k < 0.62:
+                out.append("{%% set ns.a = %s %%}" % val())
+            elif d > 0 and k < 0.68:
+                out.append("{%% macro m(p) %%}[{{ p }}{%% set x = 9 %%}{{ x }}%s]{%% endmacro %%}" % block(d - 1))
+            elif d > 0 and k < 0.72:
+                out.append("{%% with x = %s %%}%s{%% endwith %%}" % (val(), block(d - 1)))
+            elif d > 0 and k < 0.76:
+                out.append("{%% set %s %%}%s{%% endset %%}" % (rng.choice(["x", "y", "z"]), block(d - 1)))
+            elif d > 0 and k < 0.8:
+                out.append("{%% filter upper %%}%s{%% endfilter %%}" % block(d - 1))
+            elif d > 0 and k < 0.84:
+                out.append("{%% call w() %%}%s{%% endcall %%}" % block(d - 1))
+            elif d > 0 and k < 0.88:
+                v = rng.choice(["i", "j"])
+                out.append("{%% for %s in %s %%}{{ loop.index }}%s{%% if %s %%}{%% %s %%}{%% endif %%}{{ %s }}"
+                           "{%% else %%}E{%% endfor %%}" % (v, rng.choice(["[1, 2, 3]", "[]", "range(4)"]), block(d - 1),
+                                                            rng.choice([v + " == 2", "loop.first", "x"]),
+                                                            rng.choice(["break", "continue"]), v))
+            else:
+                out.append("{{ %s }}," % val())
+        return "".join(out)
+
+    return ("{% set ns = namespace(a=0) %}{% macro m(p) %}<{{ p }}>{% endmacro %}"
+            "{% macro w() %}({{ caller() }}){% endmacro %}" + block(3) + "|{{ x }}{{ y }}{{ z }}{{ ns.a }}")
+
+
+def run_random_statements(binary, tally, tmp, only, count=300, seed=20261130):
+    import random
+    rng = random.Random(seed)
+    tpath = os.path.join(tmp, "random.jinja")
+    for i in range(count):
+        src = random_statement_template(rng)
+        label = "random statements #%d: %s" % (i, src[:60])
+        if only and only not in label:
+            continue
+        with open(tpath, "w", encoding="utf-8") as f:
+            f.write(src)
+        tally.check(label + "\n  " + src, reference(src, [], None, False, {}), ours(binary, tpath, [], None, False, {}, tmp))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=os.environ.get("NIBBLE_BIN", os.path.join(ROOT, "build", "nibble")))
@@ -290,6 +352,7 @@ def main():
             run_snippets(a.bin, tally, tmp, a.only)
             run_templates(sorted(glob.glob(os.path.join(HERE, "templates", "*.jinja"))), a.bin, tally, tmp, a.only)
             run_model_dirs(a.bin, tally, tmp, a.only)
+            run_random_statements(a.bin, tally, tmp, a.only)
         if d:
             paths = sorted(glob.glob(os.path.join(d, "*.jinja")))
             print("rendering %d templates from %s" % (len(paths), d))

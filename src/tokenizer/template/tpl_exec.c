@@ -3,7 +3,7 @@
  * macros and call blocks (argument binding as jinja2 does it), filter and with blocks,
  * and the scopes: a for-loop iteration, a macro call and a with block get a fresh scope
  * whose parent is where they are written (macros see later changes of it, like Python
- * closures); if does not.
+ * closures); so do the bodies of block set and filter blocks; if does not.
  * Exercised by tests/template/test_template.c and the jinja2 comparison checks. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -221,6 +221,9 @@ static nb_status exec_for(tpl_ctx *c, tpl_scope *s, const tpl_node *n)
     lv.t = TV_LOOP;
     lv.u.loop = loop;
     nb_status st = NB_OK;
+    /* jinja2 runs the else block unless some iteration reached the end of the body: a
+     * break or continue in every iteration (or no iteration at all) runs it. */
+    int completed = 0;
     for (size_t i = 0; i < items->n; i++) {
         loop->index0 = i;
         tpl_scope *is = tpl_scope_new(c, s);
@@ -238,8 +241,10 @@ static nb_status exec_for(tpl_ctx *c, tpl_scope *s, const tpl_node *n)
         if (st != NB_OK) break;
         int flow = c->flow;
         c->flow = FLOW_NONE;
+        if (flow == FLOW_NONE) completed = 1;
         if (flow == FLOW_BREAK) break;
     }
+    if (st == NB_OK && !completed && n->orelse) st = tpl_exec(c, s, n->orelse);
     return st;
 }
 
@@ -274,10 +279,13 @@ nb_status tpl_exec(tpl_ctx *c, tpl_scope *s, const tpl_node *n)
         return assign(c, s, n->a, v, n->line);
     }
     case N_SET_BLOCK: {
+        /* the body runs in its own scope: its assignments do not leak (as in jinja2) */
         tpl_buf *saved, nb;
         tv v;
+        tpl_scope *bs = tpl_scope_new(c, s);
+        if (!bs) return tpl_oom(c, n->line);
         tpl_capture_begin(c, &saved, &nb);
-        NB_TRY(tpl_capture_end(c, n->line, saved, &nb, tpl_exec(c, s, n->body), &v));
+        NB_TRY(tpl_capture_end(c, n->line, saved, &nb, tpl_exec(c, bs, n->body), &v));
         if (n->c) {
             tv saved_ph = c->placeholder;
             c->placeholder = v;
@@ -326,8 +334,10 @@ nb_status tpl_exec(tpl_ctx *c, tpl_scope *s, const tpl_node *n)
     case N_FILTERBLOCK: {
         tpl_buf *saved, nb;
         tv v;
+        tpl_scope *bs = tpl_scope_new(c, s);
+        if (!bs) return tpl_oom(c, n->line);
         tpl_capture_begin(c, &saved, &nb);
-        NB_TRY(tpl_capture_end(c, n->line, saved, &nb, tpl_exec(c, s, n->body), &v));
+        NB_TRY(tpl_capture_end(c, n->line, saved, &nb, tpl_exec(c, bs, n->body), &v));
         tv saved_ph = c->placeholder;
         c->placeholder = v;
         nb_status st = tpl_eval(c, s, n->a, &v);
