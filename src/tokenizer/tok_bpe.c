@@ -297,7 +297,7 @@ nb_status nb_bpe_encode_word(nb_bpe *m, nb_tok_scratch *sc, const char *s, size_
         pthread_mutex_lock(&m->cache_lock);
         if (ce->key && ce->hash == h && ce->klen == n && !memcmp(ce->key, s, n)) {
             nb_status st = nb_ids_reserve(ids, nids, cap, ce->n);
-            if (st == NB_OK) {
+            if (st == NB_OK && ce->n) { /* a word can encode to nothing (characters dropped) */
                 memcpy(*ids + *nids, ce->ids, ce->n * sizeof(int32_t));
                 *nids += ce->n;
             }
@@ -328,7 +328,7 @@ nb_status nb_bpe_encode_word(nb_bpe *m, nb_tok_scratch *sc, const char *s, size_
         return NB_OK; /* caching is optional */
     }
     memcpy(key, s, n);
-    memcpy(cids, *ids + first, cnt * sizeof *cids);
+    if (cnt) memcpy(cids, *ids + first, cnt * sizeof *cids);
     pthread_mutex_lock(&m->cache_lock);
     free(ce->key);
     free(ce->ids);

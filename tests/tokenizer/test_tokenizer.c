@@ -144,6 +144,13 @@ static void test_bpe_merge_order(void)
     ENC_IS(t, "aaaa", 0, 6, 6);
     ENC_IS(t, "abab", 0, 3, 3);
     ENC_IS(t, "xa", 0, 0); /* no unk token: unknown characters are dropped, as HF does */
+    for (int rep = 0; rep < 2; rep++) { /* a word that encodes to nothing, then its cache hit */
+        int32_t *ids = NULL;
+        size_t n = 1;
+        NB_CHECK_OK(nb_tokenizer_encode(t, "xyz", 3, 0, &ids, &n));
+        NB_CHECK(n == 0 && ids != NULL);
+        free(ids);
+    }
     nb_tokenizer_free(t);
     /* pair form, and "a b" first: abc -> ab + c -> abc through "ab c" */
     t = load_json("{\"model\":{\"type\":\"BPE\",\"vocab\":{" VOCAB_ABC "},"
