@@ -23,7 +23,7 @@ for f in src/ops/cuda/device.cu src/ops/cuda/gemm_lt.cu src/ops/cuda/moe_ffn.cu 
   o="$OUT/obj/$(echo "$f" | tr / _).o"; nvcc $NVFLAGS -c "$f" -o "$o"; objs+=("$o")
 done
 LIBS="-L/usr/local/cuda/lib64 -lcublasLt -lcudart_static -lpthread -ldl -lrt -lm"
-gcc $CFLAGS -Itests tests/cuda_moe/test_moe.c "${objs[@]}" $LIBS -lstdc++ -o "$OUT/test_cuda_moe"
+gcc $CFLAGS -DNB_MOE_TEST_NO_CPU_OP -Itests tests/cuda_moe/test_moe.c "${objs[@]}" $LIBS -lstdc++ -o "$OUT/test_cuda_moe"
 printf 'NB_COMMAND(version, "version")\nNB_COMMAND(bench_moe, "bench-moe")\nNB_COMMAND(bench_gemm, "bench-gemm")\nNB_COMMAND(plan_tiles, "plan-tiles")\n' >"$OUT/gen/nb_commands.h"
 gcc $CFLAGS -I"$OUT/gen" -Iapps apps/nibble.c apps/cmd_version.c apps/cmd_bench_moe.c apps/cmd_bench_gemm.c \
     apps/cmd_plan_tiles.c "${objs[@]}" $LIBS -lstdc++ -o "$OUT/nibble"

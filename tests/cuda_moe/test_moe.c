@@ -1,17 +1,18 @@
 /* NVFP4 MoE kernels (ops/cuda/moe.h) against float64 CPU computations on the dequantized
  * ModelOpt weights, on fresh random inputs every run (seeded from the clock; the seed is
  * printed), with the workspace poisoned (NaN) first so unwritten intermediates fail.
- *   repack:   nb_moe_packed_get inverts nb_moe_repack_nvfp4 on every element (no GPU)
  *   moe_*:    routed FFN, both kernels, edge cases (empty experts, one hot expert, ragged
  *             tiles, skipped ids, T = 16384 sampled, GLM-5 shapes), accumulate
  *   shared:   the dense shared expert
  *   router_*: top-k router vs a CPU router written here (ids exact, weights 1e-5)
- * Run on the GPU machine: ctest -L gpu (exits 77 there is no GPU, after the repack test). */
+ * The repack round trip and the CPU op's agreement with the same float64 reference are
+ * host-only: tests/cuda_moe/test_moe_host.c. Run on the GPU machine: ctest -L gpu (exits 77
+ * without a GPU). */
 #include <cuda_runtime_api.h>
 #include <time.h>
 
 #include "nbtest.h"
-#include "format/numerics.h"
+#include "moe_testlib.h"
 #include "ops/cuda/device.h"
 #include "ops/cuda/moe.h"
 
@@ -21,84 +22,10 @@
 /* Router weights: float32 softmax/sigmoid on both sides, different exp implementations. */
 #define NB_TOL_ROUTER_WEIGHT 1e-5
 
-static uint64_t rng;
-static uint32_t rnd32(void)
-{
-    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (uint32_t)(rng >> 32);
-}
-static float frand(void) { return (float)(rnd32() >> 8) / 16777216.0f * 2.0f - 1.0f; }
-
-/* A random E4M3 block scale: mostly normal values in [2^-4, 4], some zeros, subnormals and
- * the largest finite value, so every decoding path of the kernel is exercised. */
-static uint8_t rand_scale(void)
-{
-    uint32_t r = rnd32() % 100;
-    if (r < 2) return 0;
-    if (r < 4) return (uint8_t)(1 + rnd32() % 7);
-    if (r < 5) return 0x7E;
-    return nb_f32_to_e4m3(exp2f((float)(rnd32() % 1000) / 1000.0f * 6.0f - 4.0f));
-}
-
-typedef struct {
-    int n, k;
-    uint8_t *codes, *scales; /* ModelOpt layout */
-    float gs;                /* weight_scale_2 */
-} mat;
-
-static void mat_rand(mat *m, int n, int k)
-{
-    m->n = n, m->k = k;
-    m->codes = malloc((size_t)n * k / 2);
-    m->scales = malloc((size_t)n * k / 16);
-    for (size_t i = 0; i < (size_t)n * k / 2; i++) m->codes[i] = (uint8_t)rnd32();
-    for (size_t i = 0; i < (size_t)n * k / 16; i++) m->scales[i] = rand_scale();
-    m->gs = 0.02f * (1.0f + 0.5f * frand());
-}
-
-static void mat_free(mat *m)
-{
-    free(m->codes);
-    free(m->scales);
-}
-
-static float mat_get(const mat *m, int r, int c)
-{
-    uint8_t code = (m->codes[(size_t)r * m->k / 2 + c / 2] >> ((c & 1) * 4)) & 15;
-    return nb_e2m1_to_f32(code) * nb_e4m3_to_f32(m->scales[(size_t)r * m->k / 16 + c / 16]) * m->gs;
-}
-
-static void test_repack(void)
-{
-    rng = (uint64_t)time(NULL) * 2654435761u;
-    const int shapes[][2] = {{16, 256}, {48, 512}, {32, 768}};
-    for (size_t si = 0; si < NB_ARRAY_LEN(shapes); si++) {
-        mat m;
-        mat_rand(&m, shapes[si][0], shapes[si][1]);
-        uint8_t *w = malloc(nb_moe_packed_weight_bytes(m.n, m.k)), *s = malloc(nb_moe_packed_scale_bytes(m.n, m.k));
-        NB_CHECK_OK(nb_moe_repack_nvfp4("t", m.codes, m.scales, m.n, m.k, w, s));
-        int bad = 0;
-        for (int r = 0; r < m.n; r++)
-            for (int c = 0; c < m.k; c++) {
-                uint8_t code, sc;
-                nb_moe_packed_get(w, s, m.n, m.k, r, c, &code, &sc);
-                uint8_t want = (m.codes[(size_t)r * m.k / 2 + c / 2] >> ((c & 1) * 4)) & 15;
-                if (code != want || sc != m.scales[(size_t)r * m.k / 16 + c / 16]) bad++;
-            }
-        NB_CHECK_MSG(bad == 0, "[%d, %d]: %d elements do not round-trip", m.n, m.k, bad);
-        free(w);
-        free(s);
-        mat_free(&m);
-    }
-    NB_CHECK_STATUS(nb_moe_repack_nvfp4("bad", NULL, NULL, 20, 256, NULL, NULL), NB_ERR_INVALID_ARG);
-}
-
 /* ---- routed FFN -------------------------------------------------------------------- */
 
 typedef struct {
-    int E, H, I;
-    mat *w13, *w2; /* [E] */
-    float *g13, *g2;
+    host_experts h;
     nb_moe_weights_dev dev;
     void *d_w13, *d_s13, *d_w2, *d_s2, *d_g13, *d_g2;
 } experts;
@@ -106,25 +33,15 @@ typedef struct {
 static int experts_make(experts *x, int E, int H, int I)
 {
     memset(x, 0, sizeof *x);
-    x->E = E, x->H = H, x->I = I;
-    x->w13 = calloc((size_t)E, sizeof(mat));
-    x->w2 = calloc((size_t)E, sizeof(mat));
-    x->g13 = malloc(sizeof(float) * 2 * E);
-    x->g2 = malloc(sizeof(float) * E);
+    host_experts_make(&x->h, E, H, I);
     size_t b13 = nb_moe_packed_weight_bytes(2 * I, H), s13 = nb_moe_packed_scale_bytes(2 * I, H);
     size_t b2 = nb_moe_packed_weight_bytes(H, I), s2 = nb_moe_packed_scale_bytes(H, I);
     uint8_t *hw13 = malloc(b13 * E), *hs13 = malloc(s13 * E), *hw2 = malloc(b2 * E), *hs2 = malloc(s2 * E);
-    for (int e = 0; e < E; e++) {
-        mat_rand(&x->w13[e], 2 * I, H);
-        mat_rand(&x->w2[e], H, I);
-        /* gate and up keep separate global scales: the kernel must apply each to its half */
-        x->g13[2 * e] = x->w13[e].gs;
-        x->g13[2 * e + 1] = x->w13[e].gs * 1.5f;
-        x->g2[e] = x->w2[e].gs;
-        if (nb_moe_repack_nvfp4("w13", x->w13[e].codes, x->w13[e].scales, 2 * I, H, hw13 + b13 * e, hs13 + s13 * e) ||
-            nb_moe_repack_nvfp4("w2", x->w2[e].codes, x->w2[e].scales, H, I, hw2 + b2 * e, hs2 + s2 * e))
+    for (int e = 0; e < E; e++)
+        if (nb_moe_repack_nvfp4("w13", x->h.w13[e].codes, x->h.w13[e].scales, 2 * I, H, hw13 + b13 * e,
+                                hs13 + s13 * e) ||
+            nb_moe_repack_nvfp4("w2", x->h.w2[e].codes, x->h.w2[e].scales, H, I, hw2 + b2 * e, hs2 + s2 * e))
             return -1;
-    }
     int ok = cudaMalloc(&x->d_w13, b13 * E) == cudaSuccess && cudaMalloc(&x->d_s13, s13 * E) == cudaSuccess &&
              cudaMalloc(&x->d_w2, b2 * E) == cudaSuccess && cudaMalloc(&x->d_s2, s2 * E) == cudaSuccess &&
              cudaMalloc(&x->d_g13, 8 * E) == cudaSuccess && cudaMalloc(&x->d_g2, 4 * E) == cudaSuccess;
@@ -133,8 +50,8 @@ static int experts_make(experts *x, int E, int H, int I)
         cudaMemcpy(x->d_s13, hs13, s13 * E, cudaMemcpyHostToDevice);
         cudaMemcpy(x->d_w2, hw2, b2 * E, cudaMemcpyHostToDevice);
         cudaMemcpy(x->d_s2, hs2, s2 * E, cudaMemcpyHostToDevice);
-        cudaMemcpy(x->d_g13, x->g13, 8 * E, cudaMemcpyHostToDevice);
-        cudaMemcpy(x->d_g2, x->g2, 4 * E, cudaMemcpyHostToDevice);
+        cudaMemcpy(x->d_g13, x->h.g13, 8 * E, cudaMemcpyHostToDevice);
+        cudaMemcpy(x->d_g2, x->h.g2, 4 * E, cudaMemcpyHostToDevice);
     }
     free(hw13), free(hs13), free(hw2), free(hs2);
     x->dev = (nb_moe_weights_dev){E, H, I, x->d_w13, x->d_s13, x->d_w2, x->d_s2, x->d_g13, x->d_g2};
@@ -143,34 +60,9 @@ static int experts_make(experts *x, int E, int H, int I)
 
 static void experts_free(experts *x)
 {
-    for (int e = 0; e < x->E; e++) mat_free(&x->w13[e]), mat_free(&x->w2[e]);
-    free(x->w13), free(x->w2), free(x->g13), free(x->g2);
+    host_experts_free(&x->h);
     cudaFree(x->d_w13), cudaFree(x->d_s13), cudaFree(x->d_w2), cudaFree(x->d_s2);
     cudaFree(x->d_g13), cudaFree(x->d_g2);
-}
-
-/* float64 SwiGLU expert e on token row xr (BF16 values), added with weight rw into acc. */
-static void ref_expert(const experts *x, int e, const float *xr, double rw, double *acc)
-{
-    const int H = x->H, I = x->I;
-    double *a = malloc(sizeof(double) * I);
-    const mat *m13 = &x->w13[e], *m2 = &x->w2[e];
-    for (int i = 0; i < I; i++) {
-        double gsum = 0, usum = 0;
-        for (int h = 0; h < H; h++) {
-            gsum += (double)mat_get(m13, i, h) * xr[h];
-            usum += (double)mat_get(m13, I + i, h) * xr[h];
-        }
-        gsum *= x->g13[2 * e] / m13->gs;
-        usum *= x->g13[2 * e + 1] / m13->gs;
-        a[i] = gsum / (1.0 + exp(-gsum)) * usum;
-    }
-    for (int h = 0; h < H; h++) {
-        double s = 0;
-        for (int i = 0; i < I; i++) s += (double)mat_get(m2, h, i) * a[i];
-        acc[h] += rw * s;
-    }
-    free(a);
 }
 
 enum { ROUTE_UNIFORM, ROUTE_ONE_HOT, ROUTE_FEW, ROUTE_SKIP };
@@ -179,7 +71,7 @@ enum { ROUTE_UNIFORM, ROUTE_ONE_HOT, ROUTE_FEW, ROUTE_SKIP };
  * tokens against float64 (all when check >= T); every output must be finite. */
 static void moe_case(experts *x, int T, int topk, int pattern, nb_moe_kernel kern, int accumulate, int check)
 {
-    const int H = x->H, E = x->E;
+    const int H = x->h.H, E = x->h.E;
     size_t nx = (size_t)T * H, ns = (size_t)T * topk;
     uint16_t *hx = malloc(nx * 2);
     float *xf = malloc(nx * 4), *hout = malloc(nx * 4), *prev = malloc(nx * 4), *hw = malloc(ns * 4);
@@ -235,7 +127,7 @@ static void moe_case(experts *x, int T, int topk, int pattern, nb_moe_kernel ker
     for (int t = 0; t < T; t += stride) {
         for (int h = 0; h < H; h++) acc[h] = accumulate ? prev[(size_t)t * H + h] : 0.0;
         for (int j = 0; j < topk; j++)
-            if (ids[t * topk + j] >= 0) ref_expert(x, ids[t * topk + j], xf + (size_t)t * H, hw[t * topk + j], acc);
+            if (ids[t * topk + j] >= 0) ref_expert(&x->h, ids[t * topk + j], xf + (size_t)t * H, hw[t * topk + j], acc);
         for (int h = 0; h < H; h++) {
             double dd = hout[(size_t)t * H + h] - acc[h];
             err += dd * dd;
@@ -243,9 +135,23 @@ static void moe_case(experts *x, int T, int topk, int pattern, nb_moe_kernel ker
         }
     }
     double rel = ref > 0 ? sqrt(err / ref) : sqrt(err);
+    /* Also against the CPU reference op on the same ModelOpt weights (ops/cpu/moe.c). */
+    double rel_op = -1;
+#ifndef NB_MOE_TEST_NO_CPU_OP
+    if (check >= T && !accumulate) {
+        float *cpu = malloc(nx * 4);
+        double *cpud = malloc(nx * 8);
+        NB_CHECK_OK(cpu_op_moe(&x->h, T, topk, xf, ids, hw, cpu));
+        for (size_t i = 0; i < nx; i++) cpud[i] = cpu[i];
+        rel_op = rel_l2(hout, cpud, nx);
+        NB_CHECK_MSG(rel_op <= NB_TOL_NVFP4_MOE, "vs the CPU op: rel err %.3g > %g", rel_op, NB_TOL_NVFP4_MOE);
+        free(cpu), free(cpud);
+    }
+#endif
     static const char *pn[] = {"uniform", "one-hot", "few", "skip"};
-    fprintf(stderr, "  E=%d H=%d I=%d T=%d k=%d %s %s%s: rel err %.3g, %d non-finite\n", E, H, x->I, T, topk,
-            pn[pattern], nb_moe_kernel_name(kern), accumulate ? " accumulate" : "", rel, nonfinite);
+    fprintf(stderr, "  E=%d H=%d I=%d T=%d k=%d %s %s%s: rel err %.3g (vs CPU op %.3g), %d non-finite\n", E, H,
+            x->h.I, T, topk, pn[pattern], nb_moe_kernel_name(kern), accumulate ? " accumulate" : "", rel, rel_op,
+            nonfinite);
     NB_CHECK_MSG(nonfinite == 0, "%d outputs are not finite", nonfinite);
     NB_CHECK_MSG(rel <= NB_TOL_NVFP4_MOE, "rel err %.3g > %g", rel, NB_TOL_NVFP4_MOE);
     free(acc), free(hx), free(xf), free(hout), free(prev), free(hw), free(ids);
@@ -335,7 +241,7 @@ static void test_shared(void)
     double err = 0, ref = 0, *acc = malloc(sizeof(double) * H);
     for (int t = 0; t < T; t++) {
         for (int h = 0; h < H; h++) acc[h] = prev[t * H + h];
-        ref_expert(&x, 0, xf + (size_t)t * H, 1.0, acc);
+        ref_expert(&x.h, 0, xf + (size_t)t * H, 1.0, acc);
         for (int h = 0; h < H; h++) {
             double dd = hout[t * H + h] - acc[h];
             err += dd * dd, ref += acc[h] * acc[h];
@@ -462,7 +368,7 @@ static void test_router(void)
 }
 
 static const nb_test tests[] = {
-    {"repack", test_repack},       {"moe_small", test_moe_small}, {"moe_big_t", test_moe_big_t},
+    {"moe_small", test_moe_small}, {"moe_big_t", test_moe_big_t},
     {"moe_glm5_shape", test_moe_glm5_shape}, {"shared", test_shared},   {"router", test_router},
 };
 

@@ -1,0 +1,47 @@
+/* The shared-memory planner (tools/tile_plan.h): byte sums of known tiles, the seeds'
+ * 128x256x128 FP4 verdict on sm_120, and the refusal message. Run: build/tests/test_tile_plan */
+#include "nbtest.h"
+#include "tools/tile_plan.h"
+
+static void test_sums(void)
+{
+    NB_CHECK(nb_tile_smem_limit(90) == 232448);
+    NB_CHECK(nb_tile_smem_limit(120) == 101376);
+    NB_CHECK(nb_tile_smem_limit(75) == 0);
+    /* FP4 128x256x128: A 8 KiB + B 16 KiB + scales (128+256)*128/16 = 3 KiB per stage; the
+     * BF16 output staging is 128*256*2 = 64 KiB. */
+    nb_tile_config c = {"t", 128, 256, 128, 0.5, 0.5, 16, 1, NB_EPI_BF16, 0};
+    nb_tile_budget b = nb_tile_plan(&c);
+    NB_CHECK(b.stage == 27648);
+    NB_CHECK(b.epilogue == 65536);
+    NB_CHECK(b.total == 27648 + 65536 + 16);
+    NB_CHECK_OK(nb_tile_check(&c, 120)); /* one stage fits 99 KiB ... */
+    c.stages = 2;
+    NB_CHECK_STATUS(nb_tile_check(&c, 120), NB_ERR_UNSUPPORTED); /* ... a pipeline does not */
+    NB_CHECK(strstr(nb_last_error(), "101376") != NULL);
+    NB_CHECK_OK(nb_tile_check(&c, 90));
+    c.epi = NB_EPI_F32;
+    NB_CHECK(nb_tile_plan(&c).epilogue == 131072);
+    NB_CHECK_STATUS(nb_tile_check(&c, 121), NB_ERR_INVALID_ARG);
+}
+
+static void test_table(void)
+{
+    FILE *f = tmpfile();
+    NB_CHECK(f != NULL);
+    if (!f) return;
+    NB_CHECK_OK(nb_tile_print_table(f, 120));
+    long n = ftell(f);
+    rewind(f);
+    char *buf = calloc((size_t)n + 1, 1);
+    NB_CHECK(fread(buf, 1, (size_t)n, f) == (size_t)n);
+    NB_CHECK(strstr(buf, "unusable here") != NULL);
+    NB_CHECK(strstr(buf, "moe stream (8 tokens)") != NULL);
+    free(buf);
+    fclose(f);
+    NB_CHECK_STATUS(nb_tile_print_table(stdout, 7), NB_ERR_INVALID_ARG);
+}
+
+static const nb_test tests[] = {{"sums", test_sums}, {"table", test_table}};
+
+int main(int argc, char **argv) { return nb_test_main(tests, NB_ARRAY_LEN(tests), argc, argv); }
