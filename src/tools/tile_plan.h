@@ -3,7 +3,8 @@
  * Covers nibble's own MoE kernels (ops/cuda/moe.h) and the classic block-scaled
  * tensor-core tile family (CUTLASS-style: A, B and their scale factors per stage), so the
  * seeds' "a 128x256x128 FP4 tile cannot fit in 99 KB on SM120" is a computed row, not a
- * memory. `nibble plan-tiles --sm 90|100|120` prints the table; tests/tools check sums. */
+ * memory. `nibble plan-tiles --sm 90|100|120` prints the table; tests/cuda_moe/test_tile_plan.c
+ * checks the sums. */
 #ifndef NB_TOOLS_TILE_PLAN_H
 #define NB_TOOLS_TILE_PLAN_H
 
