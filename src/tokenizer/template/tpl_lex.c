@@ -312,9 +312,10 @@ static nb_status lex_tag(lexer *L, int is_block, int begin_line, int *line_start
     }
 }
 
-/* After "{%" (and its modifier) at L->pos: is this "raw" followed by the tag end? Sets
- * *after to just past the tag end (with -%} whitespace / trim newline handling). */
-static int match_raw(lexer *L, size_t p, const char *word, size_t *after, int *strip_before)
+/* After "{%" (and its modifier) at p: is this `word` followed by the tag end? Sets
+ * *after to just past the tag end: "-%}" also takes the whitespace after it, "%}" the
+ * newline after it when trim (jinja2 trims after endraw, not after raw). */
+static int match_raw(lexer *L, size_t p, const char *word, size_t *after, int trim)
 {
     const char *s = L->s;
     size_t n = L->n, wl = strlen(word);
@@ -327,10 +328,9 @@ static int match_raw(lexer *L, size_t p, const char *word, size_t *after, int *s
         while (p < n && ws_len(s, n, p)) p += ws_len(s, n, p);
     } else if (p + 2 <= n && !memcmp(s + p, "%}", 2)) {
         p += 2;
-        if (p < n && s[p] == '\n') p++;
+        if (trim && p < n && s[p] == '\n') p++;
     } else return 0;
     *after = p;
-    (void)strip_before;
     return 1;
 }
 
@@ -415,7 +415,7 @@ nb_status tpl_lex(nb_template *t, const char *src, size_t len, tpl_tok **toks, s
             continue;
         }
         size_t after;
-        if (kind == '%' && match_raw(&L, p, "raw", &after, NULL)) {
+        if (kind == '%' && match_raw(&L, p, "raw", &after, 0)) {
             /* raw: data up to {% endraw %}, taken literally */
             size_t i = after;
             size_t end_start = 0, end_after = 0;
@@ -423,10 +423,23 @@ nb_status tpl_lex(nb_template *t, const char *src, size_t len, tpl_tok **toks, s
                 if (s[i] == '{' && s[i + 1] == '%') {
                     size_t q = i + 2;
                     char m2 = q < n && (s[q] == '-' || s[q] == '+') ? s[q] : 0;
-                    if (match_raw(&L, q + (m2 ? 1 : 0), "endraw", &end_after, NULL)) {
+                    if (match_raw(&L, q + (m2 ? 1 : 0), "endraw", &end_after, 1)) {
                         end_start = i;
                         size_t body_n = end_start - after;
                         if (m2 == '-') body_n = rstrip_len(s + after, body_n);
+                        else if (m2 != '+') {
+                            /* lstrip_blocks: spaces between the body's last newline and endraw */
+                            const char *body = s + after;
+                            size_t l_pos = 0;
+                            for (size_t k = body_n; k > 0; k--)
+                                if (body[k - 1] == '\n') {
+                                    l_pos = k;
+                                    break;
+                                }
+                            size_t k = l_pos;
+                            while (l_pos > 0 && k < body_n && ws_len(body, body_n, k)) k += ws_len(body, body_n, k);
+                            if (l_pos > 0 && k == body_n) body_n = l_pos;
+                        }
                         L.line += count_nl(s + start, after - start);
                         NB_TRY(emit_data(&L, s + after, body_n, L.line));
                         break;
