@@ -8,12 +8,14 @@
  * per-lane fragments of the mma.sync m16n8k16 A operand; docs/moe-kernels.md draws it.
  * Two regimes behind nb_moe_forward, chosen by nb_moe_pick_kernel (a ladder of named
  * predicates, forceable with NIBBLE_MOE_KERNEL=stream|mma):
- *   stream: token tiles of 8 or 16 (1 or 2 n8 fragments per warp), tokens staged in shared
- *           memory; each weight byte is read once per tile.
- *   mma:    token tiles of 32 (4 n8 fragments per warp), weights reused across them.
- * Both run as one persistent kernel per step after a one-block routing kernel: K is split
- * over the 4 warps of a block and blocks take (tile, 32 rows) items from a counter, gate_up
- * items first, so all touched experts' work covers every SM.
+ *   stream: token tiles of 8 or 16 (1 or 2 n8 fragments per warp), each lane reading its
+ *           token fragments from global memory (L2); each weight byte is read once per tile.
+ *   mma:    token tiles of 32 or 64 (4 or 8 fragments per warp), each k-group of the tile
+ *           staged once per block in shared memory; weights reused across the tile.
+ * Both run as one persistent kernel per step after a one-block routing kernel: blocks of 4
+ * warps take items (tile, row-tile pairs) from a counter, gate_up items first; K is split
+ * over 1, 2 or 4 warps per pair depending on how many experts the step touches, so that
+ * all touched experts' work covers every SM (NIBBLE_MOE_KSPLIT=1|2|4 forces the split).
  * Tests: tests/cuda_moe/test_moe.c (ctest -L gpu). Benchmark: nibble bench-moe. */
 #ifndef NB_OPS_CUDA_MOE_H
 #define NB_OPS_CUDA_MOE_H
@@ -34,10 +36,10 @@ extern "C" {
 #define NB_MOE_ROW_TILE 16
 #define NB_MOE_K_GROUP 256
 
-/* Warps per block of the GEMM kernels (they split K) and token fragments (n8) per warp of
- * each regime: a token tile is 8 * NT tokens. */
+/* Warps per block of the FFN kernel, and the mma regime's token fragments (n8) per warp
+ * (a token tile is 8 * NT tokens; the mma regime uses NT and 2 * NT, the stream regime 1
+ * and 2). */
 #define NB_MOE_WARPS 4
-#define NB_MOE_NT_STREAM 1
 #define NB_MOE_NT_MMA 4
 
 /* Shared memory of one FFN block: the split-K partial sums (F32, 4 per lane per fragment,

@@ -1,18 +1,18 @@
 // NVFP4 routed-expert FFN kernels and their launcher (ops/cuda/moe.h).
 //
-// Three launches per step, none waiting on the host:
+// Two launches per step, none waiting on the host:
 //   moe_route_kernel   one block: count slots per expert, scatter slot ids into expert order,
-//                      cut each expert's slots into token tiles (the work list);
-//   moe_gemm_kernel<NT, true>   gate_up: per (tile, 16 rows) item, acts = SiLU(x W1^T) * (x W3^T)
-//                      written as BF16 in expert order;
-//   moe_gemm_kernel<NT, false>  down: out[token] += route_weight * (acts W2^T), F32 atomics.
-// The GEMM kernel is persistent (a grid that fills the GPU loops over the items) with 4 warps
-// per block that split K; each warp holds a 16-row x (8*NT)-token accumulator of
+//                      cut each expert's slots into token tiles (the work list), reset counters;
+//   moe_ffn_kernel<NT> persistent (programmatic dependent launch): zeroing items for out,
+//                      gate_up items (acts = SiLU(x W1^T) * (x W3^T), BF16, expert order),
+//                      down items (out[token] += route_weight * (acts W2^T), F32 atomics),
+//                      a down item waiting on its tile's gate_up items through counters.
+// Each warp holds a 16-row x (8*NT)-token accumulator for two row tiles of
 // mma.sync.m16n8k16 (BF16 in, F32 accumulate). A lane loads its own A fragments as 16 bytes
 // of E2M1 codes per 64-wide k-tile, already in fragment order (moe_repack.c), and expands
 // them with a mask, a shift and one BF16 multiply by the block scale (exact: e2m1*e4m3 fits
 // BF16). The multiply carries 2^-7 of the two exponent corrections; the epilogue restores it
-// with weight_scale_2.
+// with weight_scale_2. docs/moe-kernels.md has the layout, the measurements and the history.
 // Tested by tests/cuda_moe/test_moe.c; timed by `nibble bench-moe`.
 #include <math.h>
 #include <stdlib.h>
@@ -717,6 +717,7 @@ static nb_status moe_forward_impl(const nb_moe_weights_dev *w, const nb_moe_desc
     p.ks_gu = moe_k_split(d->tokens, topk, w->experts, w->inter / 16);
     p.ks_dn = moe_k_split(d->tokens, topk, w->experts, w->hidden / 32);
     if (nt >= NB_MOE_NT_MMA) p.ks_gu = p.ks_dn = 1;  // the mma kernel stages tokens per block
+    NB_LOG_DEBUG("cuda", "moe: %d-token tiles, K split gate_up %d / down %d", 8 * nt, p.ks_gu, p.ks_dn);
     switch (nt) {
     case 1: return moe_launch_ffn<1>(p, st);
     case 2: return moe_launch_ffn<2>(p, st);
