@@ -1,13 +1,16 @@
-/* nibble score --model DIR --ids 5,17,42 --out logits.npy [--backend cpu] [--threads N]
+/* nibble score --model DIR --ids 5,17,42 --out logits.npy [--backend cpu|cuda] [--threads N]
  * Logits at every position of one sequence, as float32 .npy [n_ids, vocab]: the command the
- * golden checks and other tools drive. One prefill step through nb_forward. */
+ * golden checks and other tools drive. One prefill step through nb_forward (on the GPU with
+ * --backend cuda: the model's device twin, engine/cuda_runner.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/cuda_runner.h"
 #include "engine/forward.h"
 #include "format/npy.h"
 #include "model/model.h"
+#include "model/upload.h"
 #include "model_cli.h"
 #include "nibble.h"
 
@@ -15,7 +18,7 @@ const char nb_cmd_score_summary[] = "logits of every position of a token sequenc
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: nibble score --model DIR --ids 5,17,42 --out logits.npy [--backend cpu] [--threads N]\n");
+    fprintf(stderr, "usage: nibble score --model DIR --ids 5,17,42 --out logits.npy [--backend cpu|cuda] [--threads N]\n");
     return 2;
 }
 
@@ -35,19 +38,25 @@ int nb_cmd_score(int argc, char **argv)
         else if (!strcmp(a, "--threads")) threads = atoi(v);
         else return usage();
     }
-    if (!model_dir || !ids_s || !out || nb_cli_check_backend(backend)) return usage();
+    const int cuda = backend && !strcmp(backend, "cuda");
+    if (!model_dir || !ids_s || !out || (!cuda && nb_cli_check_backend(backend))) return usage();
     int32_t *ids;
     int n;
     if (nb_cli_parse_ids(ids_s, &ids, &n)) return 2;
     nb_model_params p = nb_model_default_params();
     p.n_threads = threads;
-    nb_model *m = NULL;
+    nb_model *m = NULL, *host = NULL;
+    nb_model_config scfg;
+    nb_checkpoint *sck = NULL;
+    int owns_cfg = 0;
     nb_kv_pool pool = {0};
     float *logits = NULL;
     int32_t *slots = malloc((size_t)n * sizeof *slots);
     int rc = 1;
-    nb_status s = slots ? nb_model_load(model_dir, &p, &m) : NB_ERR_OUT_OF_MEMORY;
-    if (s == NB_OK) s = nb_kv_pool_init(&pool, &m->cfg, n);
+    nb_status s = !slots ? NB_ERR_OUT_OF_MEMORY
+                  : cuda  ? nb_cuda_model_load(model_dir, 0, &host, &m, &scfg, &sck, &owns_cfg)
+                          : nb_model_load(model_dir, &p, &m);
+    if (s == NB_OK) s = cuda ? nb_kv_pool_init_on(&pool, &m->cfg, n, m->ops) : nb_kv_pool_init(&pool, &m->cfg, n);
     if (s == NB_OK) {
         logits = malloc((size_t)n * (size_t)m->cfg.vocab_size * sizeof(float));
         if (!logits) s = NB_ERR_OUT_OF_MEMORY;
@@ -66,7 +75,17 @@ int nb_cmd_score(int argc, char **argv)
     free(logits);
     free(slots);
     free(ids);
-    nb_kv_pool_free(&pool);
-    nb_model_free(m);
+    if (cuda) {
+        if (m) nb_kv_pool_free_on(&pool, m->ops);
+        nb_model_upload_free(m);
+        nb_model_free(host);
+        if (owns_cfg) {
+            nb_checkpoint_close(sck);
+            nb_model_config_free(&scfg);
+        }
+    } else {
+        nb_kv_pool_free(&pool);
+        nb_model_free(m);
+    }
     return rc;
 }

@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "engine/cuda_runner.h"
 #include "engine/engine.h"
 #include "engine/model_runner.h"
 #include "model/synthetic.h"
@@ -33,14 +34,15 @@ nb_status nb_engine_create(const nb_engine_params *p, nb_engine **out)
 {
     *out = NULL;
     if (!p || !p->model || !p->model[0]) return nb_error(NB_ERR_INVALID_ARG, "--model: required");
-    if (p->backend == NB_BACKEND_CUDA)
-        return nb_error(NB_ERR_UNSUPPORTED, "--backend cuda: the CUDA engine backend is not built yet (use cpu)");
     if (p->cpu_mem_gb < 0) return nb_error(NB_ERR_INVALID_ARG, "--cpu-mem-gb %g: must be >= 0", p->cpu_mem_gb);
     nb_engine_parts parts;
     memset(&parts, 0, sizeof parts);
     parts.mem_budget_bytes = p->cpu_mem_gb > 0 ? p->cpu_mem_gb * 1073741824.0 : nb_phys_mem_bytes() / 2;
     double frac = p->mem_fraction_static > 0 && p->mem_fraction_static <= 1 ? p->mem_fraction_static : 1.0;
-    NB_TRY(nb_model_runner_create(p->model, p->threads, parts.mem_budget_bytes * frac, &parts.runner));
+    if (p->backend == NB_BACKEND_CUDA) /* weights and KV on the GPU (engine/cuda_runner.h) */
+        NB_TRY(nb_cuda_runner_create(p->model, p->device, frac, &parts.runner, &parts.mem_budget_bytes));
+    else
+        NB_TRY(nb_model_runner_create(p->model, p->threads, parts.mem_budget_bytes * frac, &parts.runner));
     const char *base = strrchr(p->model, '/');
     snprintf(parts.model_name, sizeof parts.model_name, "%s", nb_synthetic_is(p->model) || !base || !base[1] ? p->model : base + 1);
 

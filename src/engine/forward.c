@@ -5,8 +5,12 @@
  * Attention is MLA (+ DSA selection) or GQA over the slot-addressed KV pool; the batch's
  * tokens of all sequences go through every op together, each token carrying its position
  * and its sequence's slot array. NB_DUMP='blk.1.*' writes named intermediates (fwd_dump.h).
- * Exercised by nibble score / generate, tests/golden and
- * tests/model/test_forward_props.c. */
+ * The recipe is backend-neutral: activations, index arrays and the KV pool live in the
+ * memory of the model's ops context (host for CPU, device for CUDA: model/upload.h builds a
+ * device twin), index arrays are built on the host and uploaded once per step, and only the
+ * logits come back (nb_ops_download).
+ * Exercised by nibble score / generate, tests/golden,
+ * tests/model/test_forward_props.c and tests/cuda_ops/test_cuda_forward.c. */
 #include "engine/forward.h"
 
 #include <math.h>
@@ -35,9 +39,11 @@ static float *take(fwd_bufs *b, int64_t n)
 
 typedef struct fwd {
     nb_model *m;
+    nb_device dev;
     nb_kv_pool *pool;
     int T;
     int32_t *ids, *pos, *slot_base, *slot_table, *rows; /* rows[t]: pool row of token t */
+    int32_t *lrows; /* token index of each logits row */
     nb_attn_index idx;
     /* DSA selection of the latest layer that computed one (shared layers reuse it). */
     int32_t *sel_pos, *sel_count;
@@ -46,8 +52,20 @@ typedef struct fwd {
     int32_t *rid;
 } fwd;
 
-static nb_tensor t2(float *p, int64_t r, int64_t c) { return nb_tensor_2d(p, NB_DTYPE_F32, r, c); }
-static nb_tensor t3(float *p, int64_t a, int64_t b, int64_t c) { return nb_tensor_3d(p, NB_DTYPE_F32, a, b, c); }
+/* The device of the step being run (views below are made on it); per thread, as ops contexts are. */
+static _Thread_local nb_device fwd_dev;
+static nb_tensor t2(float *p, int64_t r, int64_t c)
+{
+    nb_tensor t = nb_tensor_2d(p, NB_DTYPE_F32, r, c);
+    t.device = fwd_dev;
+    return t;
+}
+static nb_tensor t3(float *p, int64_t a, int64_t b, int64_t c)
+{
+    nb_tensor t = nb_tensor_3d(p, NB_DTYPE_F32, a, b, c);
+    t.device = fwd_dev;
+    return t;
+}
 
 /* A view of `width` floats at `off` in each row of a layer's pool: [n_slots, width]. */
 static nb_tensor pool_view(const fwd *f, int l, int64_t off, int64_t width)
@@ -58,11 +76,11 @@ static nb_tensor pool_view(const fwd *f, int l, int64_t off, int64_t width)
 }
 
 /* Copy per-token rows src [T, width] (row stride lds) into the pool at `off`. */
-static void pool_write(fwd *f, int l, int64_t off, const float *src, int64_t lds, int64_t width)
+static nb_status pool_write(fwd *f, int l, int64_t off, const float *src, int64_t lds, int64_t width)
 {
-    const int64_t rf = f->pool->layout.layer[l].row_floats;
-    for (int t = 0; t < f->T; t++)
-        memcpy(f->pool->layer[l] + (int64_t)f->rows[t] * rf + off, src + (int64_t)t * lds, (size_t)width * sizeof(float));
+    nb_tensor st = t2((float *)src, f->T, width), dst = pool_view(f, l, off, width);
+    st.stride[0] = lds;
+    return nb_op_set_rows(f->m->ops, &st, f->rows, &dst);
 }
 
 static nb_status linear(fwd *f, const float *x, int64_t ldx, int64_t k, const nb_weight *w, float *y)
@@ -106,7 +124,7 @@ static nb_status mla_layer(fwd *f, int l)
     nb_tensor kpe = t3(f->kva + r, T, 1, rope);
     kpe.stride[0] = r + rope;
     NB_TRY(nb_op_rope(ops, &kpe, f->pos, &m->rope));
-    pool_write(f, l, lay->latent_off, f->kva, r + rope, r + rope); /* latent and k_pe are adjacent */
+    NB_TRY(pool_write(f, l, lay->latent_off, f->kva, r + rope, r + rope)); /* latent and k_pe are adjacent */
 
     /* DSA selection */
     const nb_attn_select *selp = NULL;
@@ -123,10 +141,10 @@ static nb_status mla_layer(fwd *f, int l)
         nb_tensor ki_rot = t3(f->ki, T, 1, rope);
         ki_rot.stride[0] = id;
         NB_TRY(nb_op_rope(ops, &ki_rot, f->pos, &m->index_rope));
-        pool_write(f, l, lay->index_off, f->ki, id, id);
+        NB_TRY(pool_write(f, l, lay->index_off, f->ki, id, id));
         NB_TRY(linear(f, f->a, H, H, &L->idx_weights_proj, f->wi));
-        const float wscale = 1.0f / sqrtf((float)ih);
-        for (int64_t i = 0; i < (int64_t)T * ih; i++) f->wi[i] *= wscale;
+        nb_tensor wis = t2(f->wi, T, ih);
+        NB_TRY(nb_op_scale(ops, &wis, 1.0f / sqrtf((float)ih)));
         nb_tensor qit = t3(f->qi, T, ih, id), wit = t2(f->wi, T, ih);
         nb_tensor keys = pool_view(f, l, lay->index_off, id);
         NB_TRY(nb_op_dsa_select(ops, &qit, &wit, 1.0f / sqrtf((float)id), &keys, &f->idx, c->index_topk, f->sel_pos,
@@ -166,8 +184,8 @@ static nb_status gqa_layer(fwd *f, int l)
     nb_tensor qt = t3(f->q, T, nh, hd), kt = t3(f->k, T, nkv, hd);
     NB_TRY(nb_op_rope(ops, &qt, f->pos, &m->rope));
     NB_TRY(nb_op_rope(ops, &kt, f->pos, &m->rope));
-    pool_write(f, l, lay->k_off, f->k, (int64_t)nkv * hd, (int64_t)nkv * hd);
-    pool_write(f, l, lay->v_off, f->v, (int64_t)nkv * hd, (int64_t)nkv * hd);
+    NB_TRY(pool_write(f, l, lay->k_off, f->k, (int64_t)nkv * hd, (int64_t)nkv * hd));
+    NB_TRY(pool_write(f, l, lay->v_off, f->v, (int64_t)nkv * hd, (int64_t)nkv * hd));
     nb_tensor kp = pool_view(f, l, lay->k_off, (int64_t)nkv * hd), vp = pool_view(f, l, lay->v_off, (int64_t)nkv * hd);
     nb_tensor kp3 = t3(kp.data, kp.shape[0], nkv, hd), vp3 = t3(vp.data, vp.shape[0], nkv, hd);
     kp3.stride[0] = vp3.stride[0] = kp.stride[0];
@@ -191,6 +209,7 @@ static nb_status mlp_layer(fwd *f, int l)
     rp.correction_bias = L->router_bias;
     nb_tensor lg = t2(f->rlog, T, E), w = t2(f->rw, T, K);
     nb_tensor ids = nb_tensor_2d(f->rid, NB_DTYPE_I32, T, K);
+    ids.device = f->dev;
     NB_TRY(nb_op_moe_route(ops, &lg, &rp, &ids, &w));
     nb_moe_weights mw = {E, H, c->moe_intermediate_size, L->exp_gate, L->exp_up, L->exp_down};
     NB_TRY(nb_op_moe_experts(ops, &a, &ids, &w, &mw, 0, &o));
@@ -205,8 +224,9 @@ static nb_status check_batch(const nb_model *m, const nb_kv_pool *pool, const nb
     if (pool->layout.n_layers != c->num_layers)
         return nb_error(NB_ERR_INVALID_ARG, "forward: KV pool has %d layers, the model %d", pool->layout.n_layers,
                         c->num_layers);
-    if (pool->device != NB_DEVICE_CPU || pool->dtype != NB_DTYPE_F32)
-        return nb_error(NB_ERR_INVALID_ARG, "forward: the CPU forward pass needs a host F32 KV pool");
+    if (pool->device != nb_ops_ctx_device(m->ops) || pool->dtype != NB_DTYPE_F32)
+        return nb_error(NB_ERR_INVALID_ARG, "forward: the KV pool must be F32 on the model's device (%s)",
+                        nb_ops_ctx_device(m->ops) == NB_DEVICE_CUDA ? "cuda" : "cpu");
     nb_kv_layout want;
     NB_TRY(nb_kv_layout_for(c, &want));
     for (int l = 0; l < c->num_layers; l++)
@@ -241,6 +261,20 @@ static nb_status check_batch(const nb_model *m, const nb_kv_pool *pool, const nb
     return NB_OK;
 }
 
+/* NB_DUMP of T rows of `cols` floats (copied to the host first when they live on a device). */
+static nb_status dump_rows(fwd *f, const char *name, const float *buf, int64_t cols, float **host)
+{
+    if (f->dev == NB_DEVICE_CPU) {
+        nb_dump_f32(name, buf, f->T, cols);
+        return NB_OK;
+    }
+    if (!*host && !(*host = malloc((size_t)f->T * (size_t)cols * sizeof(float))))
+        return nb_error(NB_ERR_OUT_OF_MEMORY, "forward: dump buffer");
+    NB_TRY(nb_ops_download(f->m->ops, *host, buf, (size_t)f->T * (size_t)cols * sizeof(float)));
+    nb_dump_f32(name, *host, f->T, cols);
+    return NB_OK;
+}
+
 nb_status nb_forward(nb_model *m, nb_kv_pool *pool, const nb_batch *b, float *logits)
 {
     const nb_model_config *c = &m->cfg;
@@ -255,21 +289,28 @@ nb_status nb_forward(nb_model *m, nb_kv_pool *pool, const nb_batch *b, float *lo
     const int64_t qiw = (int64_t)c->index_n_heads * c->index_head_dim;
     const int64_t E = c->n_routed_experts, K = NB_MAX(c->num_experts_per_tok, 1), topk = NB_MAX(c->index_topk, 1);
     const int R = nb_batch_logit_rows(b);
-    /* element counts of every buffer, in take() order below */
-    const int64_t sizes[] = {T,           T,        T,         n_slots, T,      3 * H * T, qw * T,
+    /* element counts of every buffer, in take() order below; the index arrays come first so
+     * one upload moves them all */
+    const int64_t sizes[] = {T,           T,        T,         n_slots, T,      R,      3 * H * T, qw * T,
                              c->q_lora_rank * (int64_t)T + 1, ka * T + 1, attw * T, kvw * T + 1, kvw * T + 1,
                              qiw * T + 1, c->index_head_dim * (int64_t)T + 1, c->index_n_heads * (int64_t)T + 1,
-                             E * T + 1,   K * T,    K * T,     topk * T, T,      H * R};
+                             E * T + 1,   K * T,    K * T,     topk * T, T,      H * R,  (int64_t)R * c->vocab_size};
+    nb_ops_ctx *ops = m->ops;
     fwd_bufs bufs = {0};
     for (size_t i = 0; i < NB_ARRAY_LEN(sizes); i++) bufs.cap += ((size_t)sizes[i] * 4 + 63) / 64 * 64;
-    bufs.block = aligned_alloc(64, bufs.cap);
-    if (!bufs.block) return nb_error(NB_ERR_OUT_OF_MEMORY, "forward: %zu bytes of activations for %d tokens", bufs.cap, T);
-    fwd f = {.m = m, .pool = pool, .T = T};
+    /* Scratch slot 4 of the ops context (ops.h leaves 4..7 to callers): host or device memory,
+     * kept between steps. */
+    bufs.block = nb_ops_scratch(ops, 4, bufs.cap);
+    if (!bufs.block) return nb_error_wrap(NB_ERR_OUT_OF_MEMORY, "forward: activations for %d tokens", T);
+    fwd_dev = nb_ops_ctx_device(ops);
+    fwd f = {.m = m, .dev = fwd_dev, .pool = pool, .T = T};
     f.ids = (int32_t *)take(&bufs, T);
     f.pos = (int32_t *)take(&bufs, T);
     f.slot_base = (int32_t *)take(&bufs, T);
     f.slot_table = (int32_t *)take(&bufs, n_slots);
     f.rows = (int32_t *)take(&bufs, T);
+    f.lrows = (int32_t *)take(&bufs, R);
+    const size_t idx_bytes = bufs.used;
     f.h = take(&bufs, 3 * H * T);
     f.a = f.h + H * T;
     f.o = f.a + H * T;
@@ -288,32 +329,43 @@ nb_status nb_forward(nb_model *m, nb_kv_pool *pool, const nb_batch *b, float *lo
     f.sel_pos = (int32_t *)take(&bufs, topk * T);
     f.sel_count = (int32_t *)take(&bufs, T);
     float *final_rows = take(&bufs, H * R);
+    float *dev_logits = take(&bufs, (int64_t)R * c->vocab_size);
 
-    int t = 0, base = 0;
+    /* The index arrays, built on the host in the block's layout, then moved in one upload. */
+    char *hidx = malloc(idx_bytes);
+    if (!hidx) return nb_error(NB_ERR_OUT_OF_MEMORY, "forward: index arrays for %d tokens", T);
+#define HOST(p) ((int32_t *)(hidx + ((char *)(p) - (char *)bufs.block)))
+    int32_t *ids = HOST(f.ids), *pos = HOST(f.pos), *sbase = HOST(f.slot_base), *stab = HOST(f.slot_table);
+    int32_t *rows = HOST(f.rows), *lrows = HOST(f.lrows);
+#undef HOST
+    int t = 0, base = 0, r = 0;
     for (int s = 0; s < b->n_seqs; s++) {
         const nb_seq_step *q = &b->seqs[s];
         int end = q->start_pos + q->n_tokens;
-        memcpy(f.slot_table + base, q->slots, (size_t)end * sizeof(int32_t));
+        memcpy(stab + base, q->slots, (size_t)end * sizeof(int32_t));
         for (int i = 0; i < q->n_tokens; i++, t++) {
-            f.ids[t] = q->tokens[i];
-            f.pos[t] = q->start_pos + i;
-            f.slot_base[t] = base;
-            f.rows[t] = q->slots[q->start_pos + i];
+            ids[t] = q->tokens[i];
+            pos[t] = q->start_pos + i;
+            sbase[t] = base;
+            rows[t] = q->slots[q->start_pos + i];
+            if (q->all_logits || i == q->n_tokens - 1) lrows[r++] = t;
         }
         base += end;
     }
+    nb_status st = nb_ops_upload(ops, bufs.block, hidx, idx_bytes);
+    free(hidx);
+    if (st != NB_OK) return st;
     f.idx = (nb_attn_index){T, f.pos, f.slot_base, f.slot_table};
 
-    nb_ops_ctx *ops = m->ops;
-    nb_status st = NB_OK;
     nb_tensor h = t2(f.h, T, H), a = t2(f.a, T, H), o = t2(f.o, T, H);
     const int dump = nb_dump_enabled();
     char dn[64];
+    float *dump_host = NULL;
 #define DUMP(buf, cols, ...)                                                                   \
     do {                                                                                       \
         if (dump && st == NB_OK) {                                                             \
             snprintf(dn, sizeof dn, __VA_ARGS__);                                              \
-            nb_dump_f32(dn, buf, T, cols);                                                     \
+            st = dump_rows(&f, dn, buf, cols, &dump_host);                                     \
         }                                                                                      \
     } while (0)
     nb_dump_step();
@@ -334,17 +386,16 @@ nb_status nb_forward(nb_model *m, nb_kv_pool *pool, const nb_batch *b, float *lo
     }
     DUMP(f.a, H, "final_norm");
 #undef DUMP
+    free(dump_host);
     if (st == NB_OK) {
-        int r = 0;
-        t = 0;
-        for (int s = 0; s < b->n_seqs; s++) {
-            const nb_seq_step *q = &b->seqs[s];
-            for (int i = 0; i < q->n_tokens; i++, t++)
-                if (q->all_logits || i == q->n_tokens - 1) memcpy(final_rows + (int64_t)r++ * H, f.a + (int64_t)t * H, (size_t)H * 4);
-        }
-        nb_tensor x = t2(final_rows, R, H), y = t2(logits, R, c->vocab_size);
-        st = nb_op_linear(ops, &x, &m->lm_head, &y);
+        nb_tensor x = t2(final_rows, R, H);
+        st = nb_op_get_rows(ops, &a, f.lrows, &x);
+        /* on the host the logits go straight to the caller's buffer */
+        float *y_data = f.dev == NB_DEVICE_CPU ? logits : dev_logits;
+        nb_tensor y = t2(y_data, R, c->vocab_size);
+        if (st == NB_OK) st = nb_op_linear(ops, &x, &m->lm_head, &y);
+        if (st == NB_OK && y_data != logits)
+            st = nb_ops_download(ops, logits, y_data, (size_t)R * (size_t)c->vocab_size * sizeof(float));
     }
-    free(bufs.block);
     return st;
 }

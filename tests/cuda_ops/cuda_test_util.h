@@ -18,6 +18,9 @@
 #define NB_TOL_F32 1e-5
 /* Paths that round activations (and non-BF16 weights) to BF16 before tensor-core GEMMs. */
 #define NB_TOL_BF16 1e-2
+/* The cuBLASLt linear path on BF16-stored weights: the weight is exact and activations go in
+ * as two BF16 terms (about 16 mantissa bits). */
+#define NB_TOL_LT_BF16W 1e-4
 
 static uint64_t tu_rng = 1;
 static void tu_seed(uint64_t s) { tu_rng = s * 0x9E3779B97F4A7C15ULL + 1; }

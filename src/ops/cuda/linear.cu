@@ -2,8 +2,12 @@
 // Two paths, chosen by nb_cuda_linear_should_use_lt (cuda_ops.h):
 //   gemv: one warp per output row, the weight dequantized in registers 16 elements at a time
 //         (the CPU op's arithmetic), float32 products, tokens in tiles of 8 — decode steps.
-//   lt:   activations rounded to BF16, the weight used in place when it is dense BF16 or
-//         dequantized to BF16 in scratch, cuBLASLt with float32 output — prefill.
+//   lt:   activations split into two BF16 terms (hi = bf16(x), lo = bf16(x - hi): about 16
+//         bits of mantissa, so activations lose almost nothing), the weight used in place
+//         when it is dense BF16 or dequantized to BF16 in scratch, two cuBLASLt GEMMs with
+//         float32 output summed in place — prefill. A single BF16 term was measured to flip
+//         the DSA indexer's top-k on the glm_moe_dsa fixture (index scores 2.3e-3 apart;
+//         BF16 rounding moves them by ~4e-3), so the cheap form is not the default.
 // Exercised by tests/cuda_ops/test_cuda_vs_cpu.c (linear_gemv_*, linear_lt_*, mlp).
 #include <stdlib.h>
 #include <string.h>
@@ -82,10 +86,15 @@ nb_status nb_cuda_dequant(nb_ops_ctx *ctx, const nb_weight *w, uint16_t *out_bf1
     return NB_OK;
 }
 
-__global__ void k_to_bf16(const float *x, int64_t ldx, int64_t k, uint16_t *o)
+// hi[t, j] = bf16(x), lo[t, j] = bf16(x - hi) (lo may be NULL).
+__global__ void k_to_bf16(const float *x, int64_t ldx, int64_t k, uint16_t *hi, uint16_t *lo)
 {
     const float *xr = x + blockIdx.x * ldx;
-    for (int64_t j = threadIdx.x; j < k; j += blockDim.x) o[blockIdx.x * k + j] = nb_d_to_bf16(xr[j]);
+    for (int64_t j = threadIdx.x; j < k; j += blockDim.x) {
+        uint16_t h = nb_d_to_bf16(xr[j]);
+        hi[blockIdx.x * k + j] = h;
+        if (lo) lo[blockIdx.x * k + j] = nb_d_to_bf16(xr[j] - nb_d_bf16(h));
+    }
 }
 
 __global__ void k_add_bias(float *y, int64_t ldy, const float *bias, int64_t n)
@@ -119,9 +128,10 @@ static nb_status lt(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T, con
 {
     const int64_t n = w->n, k = w->k;
     cudaStream_t s = nb_cuda_stream(ctx);
-    uint16_t *xb = (uint16_t *)nb_cuda_scratch(ctx, 0, (size_t)(T * k) * 2);
+    uint16_t *xb = (uint16_t *)nb_cuda_scratch(ctx, 0, (size_t)(2 * T * k) * 2);
     if (!xb) return NB_ERR_OUT_OF_MEMORY;
-    k_to_bf16<<<(unsigned)T, 256, 0, s>>>(x, ldx, k, xb);
+    uint16_t *xlo = xb + T * k;
+    k_to_bf16<<<(unsigned)T, 256, 0, s>>>(x, ldx, k, xb, xlo);
     NB_CUDA_LAUNCHED("linear (to bf16)");
     const void *wp = w->data;
     int64_t ldw = k;
@@ -133,8 +143,10 @@ static nb_status lt(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T, con
         NB_TRY(nb_cuda_dequant(ctx, w, wb, NULL));
         wp = wb;
     }
-    NB_TRY(nb_cuda_gemm_bf16(nb_cuda_st(ctx)->gemm, s, (int)T, (int)n, (int)k, xb, (int)k, wp, (int)ldw, y, (int)ldy, 1,
-                             1.0f, accumulate ? 1.0f : 0.0f));
+    nb_cuda_gemm *g = nb_cuda_st(ctx)->gemm;
+    NB_TRY(nb_cuda_gemm_bf16(g, s, (int)T, (int)n, (int)k, xb, (int)k, wp, (int)ldw, y, (int)ldy, 1, 1.0f,
+                             accumulate ? 1.0f : 0.0f));
+    NB_TRY(nb_cuda_gemm_bf16(g, s, (int)T, (int)n, (int)k, xlo, (int)k, wp, (int)ldw, y, (int)ldy, 1, 1.0f, 1.0f));
     if (w->bias) {
         k_add_bias<<<(unsigned)T, 256, 0, s>>>(y, ldy, w->bias, n);
         NB_CUDA_LAUNCHED("linear (bias)");
