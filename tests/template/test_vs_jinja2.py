@@ -9,7 +9,8 @@ Checks, each an exact string comparison (or both sides failing):
   * snippets.json: small templates over the expression / filter / statement surface;
   * templates/*.jinja x cases/*.json: the project's chat templates with many message lists;
   * 300 random templates of nested statements (seeded): scoping, loops, break/continue,
-    for-else, macros, call / filter / with / block-set bodies;
+    for-else, macros, call / filter / with / block-set bodies; and 200 random templates
+    of text and tags with every whitespace-control modifier;
   * --model DIR: model folders built here (template string, named templates, a
     chat_template.jinja file, with and without tokenizer.json), bos/eos from the config;
   * with --dir DIR (or NIBBLE_TEMPLATE_DIR): every *.jinja in DIR x cases/*.json; without it
@@ -317,6 +318,45 @@ def random_statement_template(rng):
             "{% macro w() %}({{ caller() }}){% endmacro %}" + block(3) + "|{{ x }}{{ y }}{{ z }}{{ ns.a }}")
 
 
+def random_whitespace_template(rng):
+    """Random text (spaces, tabs, newlines incl. \r\n, Unicode spaces) around output, comment,
+    if / for / set and raw tags with every -/+ modifier: jinja2's trim_blocks / lstrip_blocks
+    and whitespace control, exactly."""
+    texts = [" ", "  ", "\t", "\n", "\n\n", "x", "ab", " \n ", "\r\n", "\u3000", "\u00a0", "\x0b", "\x0c", "\x1c",
+             "\n  \t"]
+
+    def mod():
+        return rng.choice(["", "", "-", "+"])
+
+    def emod():
+        return rng.choice(["", "", "-"])
+
+    def text():
+        return "".join(rng.choice(texts) for _ in range(rng.randint(0, 4)))
+
+    def piece(d):
+        k = rng.random()
+        if k < 0.25:
+            return "{{%s 1 %s}}" % (mod(), emod())
+        if k < 0.4:
+            return "{#%s c %s#}" % (mod(), emod())
+        if k < 0.55 and d > 0:
+            return "{%%%s if true %s%%}%s{%%%s else %s%%}%s{%%%s endif %s%%}" % (
+                mod(), emod(), body(d - 1), mod(), emod(), body(d - 1), mod(), emod())
+        if k < 0.7 and d > 0:
+            return "{%%%s for i in [1, 2] %s%%}%s{%%%s endfor %s%%}" % (mod(), emod(), body(d - 1), mod(), emod())
+        if k < 0.78:
+            return "{%%%s set q = 1 %s%%}" % (mod(), emod())
+        if k < 0.84:
+            return "{%%%s raw %s%%}%s{{ r }}%s{%%%s endraw %s%%}" % (mod(), emod(), text(), text(), mod(), emod())
+        return text()
+
+    def body(d):
+        return "".join(text() + piece(d) for _ in range(rng.randint(1, 4))) + text()
+
+    return body(2)
+
+
 def run_random_statements(binary, tally, tmp, only, count=300, seed=20261130):
     import random
     rng = random.Random(seed)
@@ -329,6 +369,15 @@ def run_random_statements(binary, tally, tmp, only, count=300, seed=20261130):
         with open(tpath, "w", encoding="utf-8") as f:
             f.write(src)
         tally.check(label + "\n  " + src, reference(src, [], None, False, {}), ours(binary, tpath, [], None, False, {}, tmp))
+    for i in range(count * 2 // 3):
+        src = random_whitespace_template(rng)
+        label = "random whitespace #%d" % i
+        if only and only not in label:
+            continue
+        with open(tpath, "w", encoding="utf-8", newline="") as f:
+            f.write(src)
+        tally.check(label + "\n  " + repr(src), reference(src, [], None, False, {}),
+                    ours(binary, tpath, [], None, False, {}, tmp))
 
 
 def main():
