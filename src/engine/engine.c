@@ -224,6 +224,7 @@ nb_status nb_engine_submit(nb_engine *e, const int32_t *prompt, int prompt_len, 
         }
         c->seq->owner = r;
         c->seq->index = i;
+        c->seq->share_from = i > 0 ? r->ch[0].seq : NULL;
         nb_stop_init(&c->stop, r->sp.stop, r->sp.n_stop);
         if (e->parts.tokenizer) {
             st = nb_detok_new(e->parts.tokenizer, sp->skip_special_tokens, &c->detok);

@@ -12,8 +12,8 @@ nb_status nb_kv_pages_init(nb_kv_pages *kv, int n_pages, int page_size)
     if (n_pages < 1) return nb_error(NB_ERR_INVALID_ARG, "kv cache: %d pages (need at least 1)", n_pages);
     if (page_size < 1) return nb_error(NB_ERR_INVALID_ARG, "--page-size %d: must be >= 1", page_size);
     kv->free_list = malloc((size_t)n_pages * sizeof *kv->free_list);
-    kv->in_use = calloc((size_t)n_pages, 1);
-    if (!kv->free_list || !kv->in_use) {
+    kv->ref = calloc((size_t)n_pages, sizeof *kv->ref);
+    if (!kv->free_list || !kv->ref) {
         nb_kv_pages_free_all(kv);
         return nb_error(NB_ERR_OUT_OF_MEMORY, "kv cache: page tables for %d pages", n_pages);
     }
@@ -28,7 +28,7 @@ nb_status nb_kv_pages_init(nb_kv_pages *kv, int n_pages, int page_size)
 void nb_kv_pages_free_all(nb_kv_pages *kv)
 {
     free(kv->free_list);
-    free(kv->in_use);
+    free(kv->ref);
     *kv = (nb_kv_pages){0};
 }
 
@@ -36,17 +36,23 @@ int32_t nb_kv_pages_alloc(nb_kv_pages *kv)
 {
     if (kv->n_free == 0) return -1;
     int32_t p = kv->free_list[--kv->n_free];
-    NB_ASSERT(!kv->in_use[p]);
-    kv->in_use[p] = 1;
+    NB_ASSERT(kv->ref[p] == 0);
+    kv->ref[p] = 1;
     return p;
+}
+
+void nb_kv_pages_share(nb_kv_pages *kv, int32_t page)
+{
+    NB_ASSERT(page >= 0 && page < kv->n_pages);
+    NB_ASSERT(kv->ref[page] > 0);
+    kv->ref[page]++;
 }
 
 void nb_kv_pages_release(nb_kv_pages *kv, int32_t page)
 {
     NB_ASSERT(page >= 0 && page < kv->n_pages);
-    NB_ASSERT(kv->in_use[page]);
-    kv->in_use[page] = 0;
-    kv->free_list[kv->n_free++] = page;
+    NB_ASSERT(kv->ref[page] > 0);
+    if (--kv->ref[page] == 0) kv->free_list[kv->n_free++] = page;
 }
 
 int64_t nb_kv_bytes_per_token(const nb_model_config *cfg, int elem_bytes)

@@ -18,16 +18,20 @@ typedef struct nb_kv_pages {
     int n_pages;
     int n_free;
     int32_t *free_list; /* stack of free page ids; [0, n_free) valid */
-    uint8_t *in_use;    /* per page: 1 while allocated (catches double frees) */
+    int32_t *ref;       /* per page: holders (0 = free); pages of a common prompt prefix
+                           are shared between the choices of one request */
 } nb_kv_pages;
 
 /* n_pages >= 1, page_size >= 1. NB_ERR_INVALID_ARG / NB_ERR_OUT_OF_MEMORY. */
 nb_status nb_kv_pages_init(nb_kv_pages *kv, int n_pages, int page_size);
 void nb_kv_pages_free_all(nb_kv_pages *kv);
 
-/* A free page id, or -1 when none is left. */
+/* A free page id (one holder), or -1 when none is left. */
 int32_t nb_kv_pages_alloc(nb_kv_pages *kv);
-/* Return a page; freeing a page that is not in use is a bug (asserts). */
+/* One more holder of an allocated page (its rows are then read-only for everyone). */
+void nb_kv_pages_share(nb_kv_pages *kv, int32_t page);
+/* Drop one holder; the page is free when none is left. Releasing a free page is a bug
+ * (asserts). */
 void nb_kv_pages_release(nb_kv_pages *kv, int32_t page);
 
 static inline int nb_kv_pages_used(const nb_kv_pages *kv) { return kv->n_pages - kv->n_free; }

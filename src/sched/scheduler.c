@@ -258,17 +258,34 @@ const nb_plan *nb_sched_plan(nb_sched *s)
             take = pending; /* a prompt over max_prefill_tokens runs alone */
         else
             break;
+        /* full prompt pages of a sibling, keeping at least one token to compute */
+        int shared = 0;
+        nb_seq *src = q->share_from;
+        int k = (q->prompt_len - 1) / ps;
+        if (src && k > 0 && src->state == NB_SEQ_RUNNING) {
+            if (src->n_computed < k * ps) break; /* wait for the sibling's prompt */
+            shared = k;
+            pending = q->len - k * ps;
+            take = NB_MIN(take, pending);
+        }
         int headroom = s->n_running; /* one page for each running sequence's next decode */
-        if (nb_pages_for(pending, ps) > s->kv->n_free - headroom) break;
+        if (nb_pages_for(q->len, ps) - shared > s->kv->n_free - headroom) break;
         memmove(s->waiting, s->waiting + 1, (size_t)(s->n_waiting - 1) * sizeof *s->waiting);
         s->n_waiting--;
         q->state = NB_SEQ_RUNNING;
         q->admitted = ++s->next_admit;
-        q->n_computed = 0;
+        for (int i = 0; i < shared; i++) {
+            int32_t pg = src->pages[i];
+            nb_kv_pages_share(s->kv, pg);
+            q->pages[i] = pg;
+            for (int o = 0; o < ps; o++) q->slots[i * ps + o] = pg * ps + o;
+        }
+        q->n_pages = shared;
+        q->n_computed = shared * ps;
         s->running[s->n_running++] = q;
-        int ok = nb_seq_grow(s, q, take);
+        int ok = nb_seq_grow(s, q, q->n_computed + take);
         NB_ASSERT(ok);
-        pl->items[pl->n_items++] = (nb_plan_item){q, 0, take, take == q->len, 1};
+        pl->items[pl->n_items++] = (nb_plan_item){q, q->n_computed, take, q->n_computed + take == q->len, 1};
         pl->admitted[pl->n_admitted++] = q;
         pl->n_prefill_tokens += take;
         rem -= take;

@@ -17,7 +17,10 @@
  *      step's prefill budget min(chunked_prefill_size, max_prefill_tokens) lasts, and the
  *      whole pending input fits in the free pages minus one page of headroom per running
  *      sequence. A sequence longer than the budget is chunked (at most one at a time);
- *      with chunking off, a longer one is admitted only alone.
+ *      with chunking off, a longer one is admitted only alone. A sequence with a
+ *      share_from sibling takes (refcounted) the sibling's full prompt pages once the
+ *      sibling has computed them, and computes only the rest; while the sibling is still
+ *      computing them, admission stops for this step.
  * Invariant: every sequence is in exactly one of waiting / running / neither (done). */
 #ifndef NB_SCHED_SCHEDULER_H
 #define NB_SCHED_SCHEDULER_H
@@ -29,7 +32,8 @@
 
 typedef enum nb_seq_state { NB_SEQ_NEW = 0, NB_SEQ_WAITING, NB_SEQ_RUNNING, NB_SEQ_DONE } nb_seq_state;
 
-typedef struct nb_seq {
+typedef struct nb_seq nb_seq;
+struct nb_seq {
     uint64_t arrival;   /* submit order (set by nb_sched_add) */
     uint64_t admitted;  /* admission counter at the last admission; larger = more recent */
     int32_t *tokens;    /* [alloc]: prompt then output */
@@ -46,7 +50,10 @@ typedef struct nb_seq {
     nb_seq_state state;
     void *owner;        /* the engine's request */
     int index;          /* the engine's choice index */
-} nb_seq;
+    struct nb_seq *share_from; /* a sibling with the same prompt (choice 0 of the request)
+                           whose full prompt pages this one may share instead of
+                           recomputing them; NULL: none */
+};
 
 /* A sequence that may grow to `cap` tokens, starting with the prompt. */
 nb_status nb_seq_new(const int32_t *prompt, int prompt_len, int cap, int page_size, nb_seq **out);

@@ -342,6 +342,33 @@ static void test_n_choices_and_stops(void)
     }
     NB_CHECK(distinct >= 1);
 
+    /* a 40-token prompt, pages of 16: choices 1 and 2 share choice 0's two full prompt
+     * pages and compute 8 prompt tokens each; outputs still equal the reference */
+    {
+        nb_engine *e2;
+        nb_fake_runner *f2;
+        NB_CHECK_OK(nb_fake_engine(small_params(4096, 16), 64, 512, -3, &e2, &f2));
+        int32_t longp[40];
+        for (int i = 0; i < 40; i++) longp[i] = (i * 7) % 60;
+        col *cl = col_new();
+        NB_CHECK_OK(nb_engine_submit(e2, longp, 40, &sp, on_ev, cl, NULL));
+        nb_engine_wait_idle(e2);
+        nb_engine_stats st2;
+        nb_engine_get_stats(e2, &st2);
+        NB_CHECK_MSG(st2.prefill_tokens_computed == 40 + 8 + 8, "computed %llu prompt tokens",
+                     (unsigned long long)st2.prefill_tokens_computed);
+        for (int i = 0; i < 3; i++) {
+            int32_t w[MAXTOK];
+            nb_sampling_params one = sp;
+            one.n = 1;
+            ref_generate(f2, longp, 40, &one, 5 + (uint64_t)i, w);
+            NB_CHECK(cl->finish[i] == 1 && cl->ntok[i] == 12 && !memcmp(w, cl->toks[i], 12 * sizeof(int32_t)));
+        }
+        NB_CHECK(st2.kv_used_tokens == 0);
+        nb_engine_destroy(e2);
+        free(cl);
+    }
+
     /* stop token id: the 3rd greedy token stops it */
     nb_sampling_params g = nb_sampling_default_params();
     g.temperature = 0;

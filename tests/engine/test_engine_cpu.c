@@ -37,6 +37,9 @@ static void on_ev(const nb_engine_event *ev, void *u)
     pthread_mutex_unlock(&o->mu);
 }
 
+/* user = outc[n]: one collector per choice */
+static void on_ev_choice(const nb_engine_event *ev, void *u) { on_ev(ev, (outc *)u + ev->index); }
+
 static void test_glm5_tiny_sane(void)
 {
     nb_runner *r;
@@ -373,7 +376,57 @@ static void test_synthetic_families(void)
     }
 }
 
+/* n choices share the full prompt pages of choice 0 on the real model: each choice equals
+ * a separate request with seed + i. */
+static void test_choices_share_prompt(void)
+{
+    nb_engine_params p = nb_engine_default_params();
+    p.model = "synthetic:glm5-tiny";
+    p.max_total_tokens = 2048;
+    p.page_size = 16;
+    p.cpu_mem_gb = 1;
+    nb_engine *e = NULL;
+    NB_CHECK_OK(nb_engine_create(&p, &e));
+    if (!e) return;
+    int32_t prompt[45];
+    for (int i = 0; i < 45; i++) prompt[i] = (int32_t)(nb_mix64((uint64_t)i + 5) % 256);
+    nb_sampling_params sp = nb_sampling_default_params();
+    sp.temperature = 0.9f;
+    sp.seed = 21;
+    sp.max_tokens = 10;
+    sp.ignore_eos = 1;
+    sp.n = 3;
+    outc sep[3];
+    for (int i = 0; i < 3; i++) {
+        nb_sampling_params one = sp;
+        one.n = 1;
+        one.seed = 21 + i;
+        memset(&sep[i], 0, sizeof sep[i]);
+        pthread_mutex_init(&sep[i].mu, NULL);
+        NB_CHECK_OK(nb_engine_submit(e, prompt, 45, &one, on_ev, &sep[i], NULL));
+        nb_engine_wait_idle(e);
+    }
+    nb_engine_stats before, after;
+    nb_engine_get_stats(e, &before);
+    outc joint[3];
+    for (int i = 0; i < 3; i++) {
+        memset(&joint[i], 0, sizeof joint[i]);
+        pthread_mutex_init(&joint[i].mu, NULL);
+    }
+    NB_CHECK_OK(nb_engine_submit(e, prompt, 45, &sp, on_ev_choice, joint, NULL));
+    nb_engine_wait_idle(e);
+    nb_engine_get_stats(e, &after);
+    /* 45 prompt tokens for choice 0, 45 - 32 for each of the others */
+    NB_CHECK_MSG(after.prefill_tokens_computed - before.prefill_tokens_computed == 45 + 13 + 13, "%llu",
+                 (unsigned long long)(after.prefill_tokens_computed - before.prefill_tokens_computed));
+    for (int i = 0; i < 3; i++)
+        NB_CHECK_MSG(joint[i].n == 10 && sep[i].n == 10 && !memcmp(joint[i].toks, sep[i].toks, 10 * sizeof(int32_t)),
+                     "choice %d differs from its separate request", i);
+    nb_engine_destroy(e);
+}
+
 static const nb_test tests[] = {
+    {"choices_share_prompt", test_choices_share_prompt},
     {"synthetic_families", test_synthetic_families},
     {"glm5_tiny_text_and_stops", test_glm5_tiny_text_and_stops},
     {"glm5_tiny_sane", test_glm5_tiny_sane},

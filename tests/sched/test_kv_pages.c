@@ -19,6 +19,12 @@ static void test_alloc_release(void)
     NB_CHECK(nb_kv_pages_used(&kv) == 5);
     nb_kv_pages_release(&kv, got[2]);
     NB_CHECK(nb_kv_pages_alloc(&kv) == got[2]);
+    /* a shared page is free only after its last holder lets go */
+    nb_kv_pages_share(&kv, got[1]);
+    nb_kv_pages_share(&kv, got[1]);
+    nb_kv_pages_release(&kv, got[1]);
+    nb_kv_pages_release(&kv, got[1]);
+    NB_CHECK(kv.n_free == 0 && kv.ref[got[1]] == 1);
     for (int i = 0; i < 5; i++) nb_kv_pages_release(&kv, got[i]);
     NB_CHECK(kv.n_free == 5);
     nb_kv_pages_free_all(&kv);

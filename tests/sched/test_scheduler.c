@@ -55,8 +55,11 @@ static int check_invariants(sim *m)
         if (i > 0 && m->s.running[i - 1]->admitted >= q->admitted) bad++;
         for (int k = 0; k < q->n_pages; k++) {
             int pg = q->pages[k];
-            if (pg < 0 || pg >= m->kv.n_pages || owner[pg]++) bad++;
-            held++;
+            if (pg < 0 || pg >= m->kv.n_pages) {
+                bad++;
+                continue;
+            }
+            if (owner[pg]++ == 0) held++;
             for (int o = 0; o < ps && k * ps + o < q->alloc; o++)
                 if (q->slots[k * ps + o] != pg * ps + o) bad++;
         }
@@ -67,6 +70,8 @@ static int check_invariants(sim *m)
         if (i > 0 && m->s.waiting[i - 1]->arrival >= q->arrival) bad++;
     }
     if (held != nb_kv_pages_used(&m->kv)) bad++;
+    for (int pg = 0; pg < m->kv.n_pages; pg++)
+        if (owner[pg] != m->kv.ref[pg]) bad++; /* every holder counted, shared pages too */
     if (m->s.n_running > m->s.p.max_running_requests) bad++;
     free(owner);
     NB_CHECK_MSG(bad == 0, "%d invariant violations", bad);
@@ -282,7 +287,7 @@ static void test_aborts_every_stage(void)
 static void test_property_random(void)
 {
     int failures_before = nb_test_failures_;
-    int64_t total_steps = 0, total_preempt = 0;
+    int64_t total_steps = 0, total_preempt = 0, shared_steps = 0;
     for (uint64_t seed = 1; seed <= 3000 && nb_test_failures_ == failures_before; seed++) {
         uint64_t k = 0;
 #define RND(n) ((int)(nb_mix64(seed * 1000003ULL + k++) % (uint64_t)(n)))
@@ -305,7 +310,18 @@ static void test_property_random(void)
                 if (cap < pl + 1) cap = NB_MIN(pl + 1, max_len);
                 if (pl >= cap) pl = cap - 1;
                 if (pl < 1) { pl = 1; cap = NB_MAX(cap, 2); }
+                /* a third of the time: a sibling of an earlier sequence (same prompt) that
+                 * may share its full prompt pages */
+                int sib = arrived > 0 && RND(3) == 0 ? RND(arrived) : -1;
+                if (sib >= 0) {
+                    pl = q[sib]->prompt_len;
+                    cap = NB_MAX(cap, pl + 1);
+                    cap = NB_MIN(cap, max_len);
+                    if (cap <= pl) sib = -1;
+                }
+                if (sib < 0 && pl >= cap) pl = cap - 1;
                 q[arrived] = mkseq(pl, cap, ps);
+                if (sib >= 0) q[arrived]->share_from = q[sib];
                 NB_CHECK_OK(nb_sched_add(&m.s, q[arrived]));
                 arrived++;
             }
@@ -334,6 +350,7 @@ static void test_property_random(void)
                 }
             }
             if (!check_invariants(&m)) break;
+            for (int pg = 0; pg < m.kv.n_pages; pg++) shared_steps += m.kv.ref[pg] > 1;
             steps++;
             if (arrived == n && m.s.n_running == 0 && m.s.n_waiting == 0) break;
         }
@@ -352,8 +369,9 @@ static void test_property_random(void)
         sim_free(&m);
 #undef RND
     }
-    fprintf(stderr, "  3000 seeds: %lld steps, %lld preemptions\n", (long long)total_steps, (long long)total_preempt);
-    NB_CHECK(total_preempt > 0);
+    fprintf(stderr, "  3000 seeds: %lld steps, %lld preemptions, %lld page-steps shared\n", (long long)total_steps,
+            (long long)total_preempt, (long long)shared_steps);
+    NB_CHECK(total_preempt > 0 && shared_steps > 0);
 }
 
 /* A sequence allowed 200k tokens allocates for what it holds, not for its cap. */
@@ -373,7 +391,38 @@ static void test_lazy_growth(void)
     sim_free(&m);
 }
 
+/* A sibling shares the full prompt pages of the first sequence once they are computed:
+ * it waits one step, computes only the rest of the prompt, and the shared pages stay
+ * allocated until both are gone. */
+static void test_prompt_sharing(void)
+{
+    sim m;
+    sim_init(&m, 32, 16, params(4, 1, 8192, 16384));
+    nb_seq *a = mkseq(40, 44, 16), *b = mkseq(40, 44, 16), *c = mkseq(40, 50, 16);
+    b->share_from = a;
+    c->share_from = a;
+    nb_sched_add(&m.s, a);
+    nb_sched_add(&m.s, b);
+    nb_sched_add(&m.s, c);
+    const nb_plan *pl = sim_step(&m); /* a alone: b and c wait for a's prompt */
+    NB_CHECK(pl->n_admitted == 1 && pl->items[0].seq == a && pl->items[0].n == 40);
+    pl = sim_step(&m); /* a decodes; b and c take a's 2 full pages and compute 8 tokens each */
+    NB_CHECK(pl->n_admitted == 2 && pl->n_prefill_tokens == 16);
+    NB_CHECK(b->pages[0] == a->pages[0] && b->pages[1] == a->pages[1] && c->pages[1] == a->pages[1]);
+    NB_CHECK(b->pages[2] != a->pages[2] && m.kv.ref[a->pages[0]] == 3);
+    NB_CHECK(pl->items[1].start == 32 && pl->items[1].n == 8 && pl->items[1].want_logits);
+    while (a->state != NB_SEQ_DONE) sim_step(&m);
+    NB_CHECK(m.kv.ref[b->pages[0]] == 2);
+    while (m.s.n_running) sim_step(&m);
+    NB_CHECK(m.kv.n_free == 32 && b->len == 44 && c->len == 50);
+    nb_seq_free(a);
+    nb_seq_free(b);
+    nb_seq_free(c);
+    sim_free(&m);
+}
+
 static const nb_test tests[] = {
+    {"prompt_sharing", test_prompt_sharing},
     {"lazy_growth", test_lazy_growth},
     {"admission_limit", test_admission_limit},
     {"chunked_prefill", test_chunked_prefill},
