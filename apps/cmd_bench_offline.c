@@ -209,9 +209,10 @@ int nb_cmd_bench_offline(int argc, char **argv)
     printf("================== Engine steps ==================\n");
     double *dec = malloc((size_t)(n_steps + 1) * sizeof *dec), *pre = malloc((size_t)(n_steps + 1) * sizeof *pre);
     int nd = 0, np = 0;
-    double dec_s = 0, pre_s = 0, dec_batch = 0;
+    double dec_s = 0, pre_s = 0, dec_batch = 0, fwd_s = 0;
     int64_t dec_tok = 0, pre_tok = 0, pre_dec_tok = 0;
     for (int i = 0; i < n_steps; i++) {
+        fwd_s += trace[i].forward_ms * 1e-3;
         if (trace[i].n_prefill_tokens == 0) {
             dec[nd++] = trace[i].ms;
             dec_s += trace[i].ms * 1e-3;
@@ -226,7 +227,8 @@ int nb_cmd_bench_offline(int argc, char **argv)
     }
     printf("%-40s %d (%d decode-only, %d with prefill)%s\n", "Steps:", n_steps, nd, np,
            n_steps == trace_cap ? " [trace full]" : "");
-    printf("%-40s %.2f\n", "Time in steps (s):", dec_s + pre_s);
+    printf("%-40s %.2f (forward %.2f, engine: plan/sample/deliver %.2f)\n", "Time in steps (s):", dec_s + pre_s,
+           fwd_s, dec_s + pre_s - fwd_s);
     stat_line("Decode-only step time (ms):", dec, nd);
     stat_line("Prefill step time (ms):", pre, np);
     printf("%-40s %.1f\n", "Mean decode batch (requests):", nd ? dec_batch / nd : 0.0);

@@ -77,6 +77,7 @@ struct nb_engine {
     uint64_t gated_steps;
     nb_step_record *trace;
     int trace_n, trace_cap;
+    double last_forward_ms;
 };
 
 /* ------------------------------------------------------------------ parsing helpers */
@@ -441,7 +442,8 @@ static void nb_update_stats(nb_engine *e, double step_ms, const nb_plan *pl)
         s->busy_s += step_ms * 1e-3;
         s->prefill_tokens_computed += (uint64_t)pl->n_prefill_tokens;
         if (e->trace && e->trace_n < e->trace_cap)
-            e->trace[e->trace_n++] = (nb_step_record){step_ms, pl->n_decode, pl->n_prefill_tokens, pl->n_items};
+            e->trace[e->trace_n++] =
+                (nb_step_record){step_ms, e->last_forward_ms, pl->n_decode, pl->n_prefill_tokens, pl->n_items};
     }
     pthread_mutex_unlock(&e->mu);
 }
@@ -449,6 +451,7 @@ static void nb_update_stats(nb_engine *e, double step_ms, const nb_plan *pl)
 /* Run one step over what is live. Returns 0 when there was nothing to run. */
 static int nb_step(nb_engine *e)
 {
+    int64_t t0 = nb_now_ns();
     const nb_plan *pl = nb_sched_plan(&e->sched);
     if (pl->n_items == 0) return 0;
     for (int i = 0; i < pl->n_admitted; i++)
@@ -457,7 +460,6 @@ static int nb_step(nb_engine *e)
             e->stats.prompt_tokens_total += (uint64_t)pl->admitted[i]->prompt_len;
             pthread_mutex_unlock(&e->mu);
         }
-    int64_t t0 = nb_now_ns();
     nb_status st = nb_grow_buffers(e, pl->n_items);
     if (st == NB_OK) {
         for (int i = 0; i < pl->n_items; i++) {
@@ -469,7 +471,9 @@ static int nb_step(nb_engine *e)
                                         .all_logits = 0};
         }
         nb_batch b = {.n_seqs = pl->n_items, .seqs = e->steps};
+        int64_t f0 = nb_now_ns();
         st = e->parts.runner->forward(e->parts.runner, &b, e->logits);
+        e->last_forward_ms = (double)(nb_now_ns() - f0) * 1e-6;
     }
     if (st != NB_OK) {
         /* A failing backend leaves KV rows undefined: end everything that is live. */
