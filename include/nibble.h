@@ -104,10 +104,11 @@ typedef struct nb_engine_params {
                                          to whole pages). */
     int max_running_requests;         /* --max-running-requests; 0 (default): derived from
                                          KV capacity, min(4096, KV pages) */
-    int num_continuous_decode_steps;  /* --num-continuous-decode-steps: while requests are
-                                         decoding, run this many decode-only steps before
-                                         the scheduler admits new work again (a new request
-                                         waits at most this many steps); default 1 */
+    int num_continuous_decode_steps;  /* --num-continuous-decode-steps N: while requests are
+                                         decoding, new work is admitted only every N-th step
+                                         (N-1 decode-only steps in between), so a new
+                                         request waits at most N steps; default 1 (every
+                                         step) */
     int chunked_prefill_size;         /* --chunked-prefill-size: most prompt tokens of one
                                          request computed per step; longer prompts are split
                                          into chunks over several steps; <= 0 disables
@@ -149,7 +150,8 @@ void nb_engine_destroy(nb_engine *e);
 typedef struct nb_sampling_params {
     float temperature;        /* 1.0; 0: greedy (argmax; ties to the lowest id) */
     int top_k;                /* -1 (default) or 0: off; else keep the k most likely */
-    float top_p;              /* 1.0: off; keep the smallest set whose mass >= top_p */
+    float top_p;              /* 1.0: off; keep the most likely tokens while the mass
+                                 before each is <= top_p (the nucleus) */
     float min_p;              /* 0: off; drop tokens with p < min_p * p_max */
     float repetition_penalty; /* 1.0: off; logits of tokens seen in prompt or output are
                                  divided by it when positive, multiplied when negative */
@@ -170,8 +172,8 @@ typedef struct nb_sampling_params {
     int n;                    /* independent choices sampled from one prompt; default 1 */
     int logprobs;             /* 1: deliver the log-probability of each sampled token
                                  (log-softmax of the raw logits, before any filter) */
-    int top_logprobs;         /* 0..NB_MAX_TOP_LOGPROBS alternatives per token (needs
-                                 logprobs) */
+    int top_logprobs;         /* 0..NB_MAX_TOP_LOGPROBS alternatives per token (> 0
+                                 implies logprobs) */
     int skip_special_tokens;  /* 1 (default): special tokens produce no text */
 } nb_sampling_params;
 
