@@ -278,7 +278,8 @@ typedef struct nb_engine_stats {
     int64_t kv_total_tokens;
     double kv_usage;                  /* kv_used_tokens / kv_total_tokens */
     int max_context;                  /* longest prompt+output among running requests */
-    uint64_t prompt_tokens_total;     /* prompt tokens of admitted requests (once each) */
+    uint64_t prompt_tokens_total;     /* prompt tokens of admitted requests (once per
+                                         request, whatever n and preemptions) */
     uint64_t generation_tokens_total; /* tokens delivered */
     uint64_t prefill_tokens_computed; /* forward tokens incl. preemption recompute */
     uint64_t requests_finished;       /* choices finished with stop or length */

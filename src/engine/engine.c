@@ -455,7 +455,7 @@ static int nb_step(nb_engine *e)
     const nb_plan *pl = nb_sched_plan(&e->sched);
     if (pl->n_items == 0) return 0;
     for (int i = 0; i < pl->n_admitted; i++)
-        if (pl->admitted[i]->n_preempted == 0) {
+        if (pl->admitted[i]->n_preempted == 0 && pl->admitted[i]->index == 0) { /* once per request */
             pthread_mutex_lock(&e->mu);
             e->stats.prompt_tokens_total += (uint64_t)pl->admitted[i]->prompt_len;
             pthread_mutex_unlock(&e->mu);
