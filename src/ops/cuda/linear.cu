@@ -1,7 +1,7 @@
 // CUDA dense linear layers and the SwiGLU MLP over weights in any nb_weight format.
 // Two paths, chosen by nb_cuda_linear_should_use_lt (cuda_ops.h):
 //   gemv: one warp per output row, the weight dequantized in registers 16 elements at a time
-//         (the CPU op's arithmetic), float32 products, tokens in tiles of 8 — decode steps.
+//         (the CPU op's arithmetic), float32 products, tokens in tiles of 16 — decode steps.
 //   lt:   activations split into two BF16 terms (hi = bf16(x), lo = bf16(x - hi): about 16
 //         bits of mantissa, so activations lose almost nothing), the weight used in place
 //         when it is dense BF16 or dequantized to BF16 in scratch, two cuBLASLt GEMMs with
@@ -16,7 +16,7 @@
 #include "ops/cuda/common.cuh"
 
 #define NB_GEMV_WARPS 4
-#define NB_GEMV_TT 8
+#define NB_GEMV_TT 16 /* tokens per pass over the weight: a decode batch of up to 16 reads each weight once */
 
 __global__ void k_gemv(nb_weight w, const float *x, int64_t ldx, int T, float *y, int64_t ldy, int accumulate)
 {
