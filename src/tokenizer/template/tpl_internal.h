@@ -4,7 +4,7 @@
  *   tpl_lex.c      source -> tokens (trim_blocks / lstrip_blocks / {%- -%} applied here)
  *   tpl_parse.c    tokens -> tree (statements; expressions in tpl_parse_expr.c)
  *   tpl_value.c    arena, values, Python str()/repr(), equality, ordering, UTF-8 helpers
- *   tpl_json.c     transformers' tojson (json.dumps) and cJSON -> values
+ *   tpl_json.c     transformers' tojson (json.dumps); cJSON or JSON text -> values
  *   tpl_eval.c     expressions;  tpl_exec.c  statements, macros, scopes
  *   tpl_filters.c  filters and tests;  tpl_methods.c  dict/list methods, globals, arguments
  *   tpl_strings.c  str methods and % formatting

@@ -208,7 +208,7 @@ static nb_status lex_tag(lexer *L, int is_block, int begin_line, int *line_start
             return lex_fail(L, begin_line, is_block ? "unexpected end of template: missing '%}'" : "unexpected end of template: missing '}}'", NULL);
         size_t p = L->pos;
         if (depth == 0) {
-            int dash = s[p] == '-' && p + 2 < n + 0 && p + 3 <= n && !memcmp(s + p + 1, end2, 2);
+            int dash = s[p] == '-' && p + 3 <= n && !memcmp(s + p + 1, end2, 2);
             if (dash || (p + 2 <= n && !memcmp(s + p, end2, 2))) {
                 if (!push(L, is_block ? TK_BLOCK_END : TK_VAR_END, L->line)) return NB_ERR_OUT_OF_MEMORY;
                 L->pos = p + (dash ? 3 : 2);
