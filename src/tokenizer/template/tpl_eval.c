@@ -94,7 +94,7 @@ nb_status tpl_iterate(tpl_ctx *c, int line, tv v, tpl_list **out)
 /* ---- attribute and item access ------------------------------------------------------ */
 static nb_status loop_attr(tpl_ctx *c, int line, tpl_loop *l, const char *name, tv *out)
 {
-    size_t n = l->items->n, i = l->index0;
+    size_t n = l->n, i = l->index0;
     if (!strcmp(name, "index")) *out = tv_int((int64_t)i + 1);
     else if (!strcmp(name, "index0")) *out = tv_int((int64_t)i);
     else if (!strcmp(name, "revindex")) *out = tv_int((int64_t)(n - i));
@@ -105,9 +105,9 @@ static nb_status loop_attr(tpl_ctx *c, int line, tpl_loop *l, const char *name, 
     else if (!strcmp(name, "depth")) *out = tv_int(l->depth);
     else if (!strcmp(name, "depth0")) *out = tv_int(l->depth - 1);
     else if (!strcmp(name, "previtem"))
-        *out = i > 0 ? l->items->v[i - 1] : tpl_undef_msg(c, "there is no previous item%s%s", "", NULL);
+        *out = i > 0 ? tpl_loop_item(l, i - 1) : tpl_undef_msg(c, "there is no previous item%s%s", "", NULL);
     else if (!strcmp(name, "nextitem"))
-        *out = i + 1 < n ? l->items->v[i + 1] : tpl_undef_msg(c, "there is no next item%s%s", "", NULL);
+        *out = i + 1 < n ? tpl_loop_item(l, i + 1) : tpl_undef_msg(c, "there is no next item%s%s", "", NULL);
     else if (!strcmp(name, "cycle") || !strcmp(name, "changed")) {
         tpl_func *f = tpl_alloc(&c->arena, sizeof(tpl_func));
         if (!f) return tpl_oom(c, line);

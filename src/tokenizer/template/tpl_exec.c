@@ -191,12 +191,36 @@ static nb_status output(tpl_ctx *c, int line, tv v)
     return NB_OK;
 }
 
+/* `for x in range(...)` without a loop filter iterates lazily: templates that scan ahead
+ * with range(i, messages|length) and break early would otherwise build large lists. */
+static int lazy_range(tpl_ctx *c, tpl_scope *s, const tpl_node *n, nb_status *st, int64_t *start, int64_t *step,
+                      size_t *count)
+{
+    const tpl_node *call = n->b;
+    if (n->c || call->kind != N_CALL || call->a->kind != N_NAME || strcmp(call->a->name, "range")) return 0;
+    int found;
+    tpl_scope_lookup(s, "range", &found);
+    if (found) return 0; /* shadowed by a variable */
+    tv *args, *kwv;
+    *st = tpl_eval_args(c, s, call, &args, &kwv);
+    if (*st == NB_OK) *st = tpl_range_params(c, call->line, args, call->nargs, call->nkw, start, step, count);
+    return 1;
+}
+
 static nb_status exec_for(tpl_ctx *c, tpl_scope *s, const tpl_node *n)
 {
-    tv seq;
-    NB_TRY(tpl_eval(c, s, n->b, &seq));
-    tpl_list *items;
-    NB_TRY(tpl_iterate(c, n->line, seq, &items));
+    tpl_list *items = NULL;
+    int64_t rstart = 0, rstep = 1;
+    size_t count;
+    nb_status rst;
+    if (lazy_range(c, s, n, &rst, &rstart, &rstep, &count)) {
+        NB_TRY(rst);
+    } else {
+        tv seq;
+        NB_TRY(tpl_eval(c, s, n->b, &seq));
+        NB_TRY(tpl_iterate(c, n->line, seq, &items));
+        count = items->n;
+    }
     if (n->c) {
         /* the loop filter sees the loop target, not `loop` */
         tv kept = tv_list_new(&c->arena, 0);
@@ -210,11 +234,15 @@ static nb_status exec_for(tpl_ctx *c, tpl_scope *s, const tpl_node *n)
             if (tv_truthy(t) && tpl_list_push(&c->arena, kept.u.l, items->v[i])) return tpl_oom(c, n->line);
         }
         items = kept.u.l;
+        count = items->n;
     }
-    if (items->n == 0) return n->orelse ? tpl_exec(c, s, n->orelse) : NB_OK;
+    if (count == 0) return n->orelse ? tpl_exec(c, s, n->orelse) : NB_OK;
     tpl_loop *loop = tpl_alloc(&c->arena, sizeof(tpl_loop));
     if (!loop) return tpl_oom(c, n->line);
     loop->items = items;
+    loop->n = count;
+    loop->range_start = rstart;
+    loop->range_step = rstep;
     loop->depth = 1; /* depth counts recursive loop() calls, which are not supported */
     loop->changed_last.t = TV_ABSENT;
     tv lv = {0};
@@ -224,7 +252,7 @@ static nb_status exec_for(tpl_ctx *c, tpl_scope *s, const tpl_node *n)
     /* jinja2 runs the else block unless some iteration reached the end of the body: a
      * break or continue in every iteration (or no iteration at all) runs it. */
     int completed = 0;
-    for (size_t i = 0; i < items->n; i++) {
+    for (size_t i = 0; i < count; i++) {
         loop->index0 = i;
         tpl_scope *is = tpl_scope_new(c, s);
         if (!is) {
@@ -235,7 +263,7 @@ static nb_status exec_for(tpl_ctx *c, tpl_scope *s, const tpl_node *n)
             st = tpl_oom(c, n->line);
             break;
         }
-        st = assign(c, is, n->a, items->v[i], n->line);
+        st = assign(c, is, n->a, tpl_loop_item(loop, i), n->line);
         if (st != NB_OK) break;
         st = tpl_exec(c, is, n->body);
         if (st != NB_OK) break;

@@ -82,7 +82,9 @@ struct tpl_dict {
     size_t n, cap;
 };
 struct tpl_loop {
-    tpl_list *items; /* the (filtered) sequence iterated */
+    tpl_list *items; /* the (filtered) sequence iterated; NULL for a lazy range() */
+    size_t n;        /* its length */
+    int64_t range_start, range_step; /* items == NULL: item i is start + i * step */
     size_t index0;
     int depth;
     tv changed_last; /* loop.changed(): the arguments of its previous call (TV_ABSENT: none) */
@@ -290,6 +292,12 @@ nb_status tpl_call_str_method(tpl_ctx *c, int line, tv s, const char *m, const t
 /* Python's `fmt % args` (args a tuple, a mapping for %(key)s, or one value). */
 nb_status tpl_percent_format(tpl_ctx *c, int line, tv fmt, tv args, tv *out);
 int tpl_global_lookup(const char *name, tv *out);
+/* range(args): validate as Python does (ints, non-zero step, the sandbox's 100000-item
+ * limit) and give start, step and the number of items. */
+nb_status tpl_range_params(tpl_ctx *c, int line, const tv *args, int nargs, int nkw, int64_t *start, int64_t *step,
+                           size_t *count);
+/* Item i of a loop (materialised list or lazy range). */
+tv tpl_loop_item(const tpl_loop *l, size_t i);
 nb_status tpl_call_builtin(tpl_ctx *c, int line, tpl_func *f, const tv *args, int nargs, const char **kwn,
                            const tv *kwv, int nkw, tv *out);
 

@@ -188,33 +188,49 @@ int tpl_global_lookup(const char *name, tv *out)
     return 1;
 }
 
+nb_status tpl_range_params(tpl_ctx *c, int line, const tv *args, int nargs, int nkw, int64_t *start, int64_t *step,
+                           size_t *count)
+{
+    if (nkw) return tpl_fail(c, line, "range() takes no keyword arguments");
+    if (nargs < 1 || nargs > 3) return tpl_fail(c, line, "range expected 1 to 3 arguments, got %d", nargs);
+    int64_t v[3] = {0, 0, 1};
+    for (int i = 0; i < nargs; i++)
+        if (args[i].t != TV_INT && args[i].t != TV_BOOL)
+            return tpl_fail(c, line, "'%s' object cannot be interpreted as an integer", tv_type_name(args[i]));
+    if (nargs == 1) v[1] = args[0].u.i;
+    else {
+        v[0] = args[0].u.i;
+        v[1] = args[1].u.i;
+        if (nargs == 3) v[2] = args[2].u.i;
+    }
+    if (v[2] == 0) return tpl_fail(c, line, "range() arg 3 must not be zero");
+    __int128 lo = v[0], hi = v[1], st = v[2];
+    __int128 n = st > 0 ? (hi > lo ? (hi - lo + st - 1) / st : 0) : (lo > hi ? (lo - hi - st - 1) / -st : 0);
+    /* jinja2's sandbox refuses ranges over MAX_RANGE (100000) items */
+    if (n > 100000) return tpl_fail(c, line, "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+    *start = v[0];
+    *step = v[2];
+    *count = (size_t)n;
+    return NB_OK;
+}
+
+tv tpl_loop_item(const tpl_loop *l, size_t i)
+{
+    return l->items ? l->items->v[i] : tv_int(l->range_start + (int64_t)i * l->range_step);
+}
+
 nb_status tpl_call_builtin(tpl_ctx *c, int line, tpl_func *f, const tv *args, int nargs, const char **kwn,
                            const tv *kwv, int nkw, tv *out)
 {
     switch (f->kind) {
     case TF_RANGE: {
-        if (nkw) return tpl_fail(c, line, "range() takes no keyword arguments");
-        if (nargs < 1 || nargs > 3) return tpl_fail(c, line, "range expected 1 to 3 arguments, got %d", nargs);
-        int64_t v[3] = {0, 0, 1};
-        for (int i = 0; i < nargs; i++) {
-            if (args[i].t != TV_INT && args[i].t != TV_BOOL)
-                return tpl_fail(c, line, "'%s' object cannot be interpreted as an integer", tv_type_name(args[i]));
-        }
-        if (nargs == 1) v[1] = args[0].u.i;
-        else {
-            v[0] = args[0].u.i;
-            v[1] = args[1].u.i;
-            if (nargs == 3) v[2] = args[2].u.i;
-        }
-        if (v[2] == 0) return tpl_fail(c, line, "range() arg 3 must not be zero");
-        int64_t count = v[2] > 0 ? (v[1] > v[0] ? (v[1] - v[0] + v[2] - 1) / v[2] : 0)
-                                 : (v[0] > v[1] ? (v[0] - v[1] - v[2] - 1) / -v[2] : 0);
-        /* jinja2's sandbox refuses ranges over MAX_RANGE (100000) items */
-        if (count > 100000) return tpl_fail(c, line, "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
-        tv l = tv_list_new(&c->arena, (size_t)count);
+        int64_t start, step;
+        size_t count;
+        NB_TRY(tpl_range_params(c, line, args, nargs, nkw, &start, &step, &count));
+        tv l = tv_list_new(&c->arena, count);
         if (!l.u.l) return tpl_oom(c, line);
-        for (int64_t i = 0; i < count; i++) l.u.l->v[i] = tv_int(v[0] + i * v[2]);
-        l.u.l->n = (size_t)count;
+        for (size_t i = 0; i < count; i++) l.u.l->v[i] = tv_int(start + (int64_t)i * step);
+        l.u.l->n = count;
         *out = l;
         return NB_OK;
     }

@@ -576,7 +576,7 @@ static void str_depth(tpl_buf *b, tv v, int depth)
         tpl_buf_putc(b, '>');
         break;
     case TV_LOOP:
-        tpl_buf_printf(b, "<LoopContext %zu/%zu>", v.u.loop->index0 + 1, v.u.loop->items->n);
+        tpl_buf_printf(b, "<LoopContext %zu/%zu>", v.u.loop->index0 + 1, v.u.loop->n);
         break;
     case TV_FUNC:
         if (v.u.fn->kind == TF_MACRO || v.u.fn->kind == TF_CALLER)
