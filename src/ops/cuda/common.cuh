@@ -69,10 +69,11 @@ __device__ __forceinline__ float nb_d_e4m3(uint8_t v)
     return s ? -f : f;
 }
 
+// E2M1 by bits (a table would live in local memory): 0, 0.5, then 1.5 * 2^e forms.
 __device__ __forceinline__ float nb_d_e2m1(uint8_t c)
 {
-    const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-    float f = mag[c & 7];
+    uint32_t m = c & 7u;
+    float f = m >= 2 ? __uint_as_float((((m >> 1) + 126u) << 23) | ((m & 1u) << 22)) : (m ? 0.5f : 0.0f);
     return (c & 8) ? -f : f;
 }
 
@@ -115,34 +116,80 @@ __device__ __forceinline__ float nb_d_wload1(const nb_weight &w, int64_t r, int6
     }
 }
 
-// Sixteen consecutive weights j0..j0+15 of row r (j0 % 16 == 0, j0 + 16 <= k).
+// Sixteen consecutive weights j0..j0+15 of row r (j0 % 16 == 0, j0 + 16 <= k). Vector loads
+// when the bytes are aligned (dense rows of the usual widths), element loads otherwise.
 __device__ __forceinline__ void nb_d_wload16(const nb_weight &w, int64_t r, int64_t j0, float *o)
 {
     const uint8_t *row = (const uint8_t *)w.data + r * nb_d_row_bytes(w);
     switch (w.fmt) {
-    case NB_WFMT_F32:
+    case NB_WFMT_F32: {
+        const float *p = (const float *)row + j0;
+        if ((((uintptr_t)p) & 15) == 0) {
 #pragma unroll
-        for (int i = 0; i < 16; i++) o[i] = ((const float *)row)[j0 + i];
-        break;
-    case NB_WFMT_BF16:
+            for (int i = 0; i < 4; i++) {
+                float4 v = ((const float4 *)p)[i];
+                o[4 * i] = v.x, o[4 * i + 1] = v.y, o[4 * i + 2] = v.z, o[4 * i + 3] = v.w;
+            }
+        } else {
 #pragma unroll
-        for (int i = 0; i < 16; i++) o[i] = nb_d_bf16(((const uint16_t *)row)[j0 + i]);
+            for (int i = 0; i < 16; i++) o[i] = p[i];
+        }
         break;
+    }
+    case NB_WFMT_BF16: {
+        const uint16_t *p = (const uint16_t *)row + j0;
+        if ((((uintptr_t)p) & 15) == 0) {
+            uint4 a = ((const uint4 *)p)[0], b = ((const uint4 *)p)[1];
+            const uint32_t u[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                o[2 * i] = __uint_as_float(u[i] << 16);
+                o[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < 16; i++) o[i] = nb_d_bf16(p[i]);
+        }
+        break;
+    }
     case NB_WFMT_NVFP4: {
         const uint8_t *sc = (const uint8_t *)w.scale + r * nb_d_scale_row_bytes(w);
         float s = nb_d_e4m3(sc[j0 / 16]) * w.global_scale;
+        const uint8_t *p = row + j0 / 2;
+        uint8_t bytes[8];
+        if ((((uintptr_t)p) & 7) == 0) {
+            uint2 v = *(const uint2 *)p;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                bytes[i] = (uint8_t)(v.x >> (8 * i));
+                bytes[4 + i] = (uint8_t)(v.y >> (8 * i));
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < 8; i++) bytes[i] = p[i];
+        }
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            uint8_t b = row[j0 / 2 + i];
-            o[2 * i] = nb_d_e2m1(b & 15) * s;
-            o[2 * i + 1] = nb_d_e2m1(b >> 4) * s;
+            o[2 * i] = nb_d_e2m1(bytes[i] & 15) * s;
+            o[2 * i + 1] = nb_d_e2m1(bytes[i] >> 4) * s;
         }
         break;
     }
     default: {
         const float *sc = (const float *)((const uint8_t *)w.scale + (r / w.block_n) * nb_d_scale_row_bytes(w));
+        const uint8_t *p = row + j0;
+        uint8_t bytes[16];
+        if ((((uintptr_t)p) & 15) == 0) {
+            uint4 v = *(const uint4 *)p;
+            const uint32_t u[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-        for (int i = 0; i < 16; i++) o[i] = nb_d_e4m3(row[j0 + i]) * sc[(j0 + i) / w.block_k];
+            for (int i = 0; i < 16; i++) bytes[i] = (uint8_t)(u[i / 4] >> (8 * (i % 4)));
+        } else {
+#pragma unroll
+            for (int i = 0; i < 16; i++) bytes[i] = p[i];
+        }
+#pragma unroll
+        for (int i = 0; i < 16; i++) o[i] = nb_d_e4m3(bytes[i]) * sc[(j0 + i) / w.block_k];
         break;
     }
     }

@@ -18,52 +18,85 @@
 #define NB_GEMV_WARPS 4
 #define NB_GEMV_TT 16 /* tokens per pass over the weight: a decode batch of up to 16 reads each weight once */
 
+// One warp computes R consecutive output rows for up to NB_GEMV_TT tokens: each lane step
+// decodes 16 weights of each row, loads 16 activations of each token once and uses them for
+// all R rows (R > 1 when there are several tokens, so activations are not re-read per row).
+template <int R>
 __global__ void k_gemv(nb_weight w, const float *x, int64_t ldx, int T, float *y, int64_t ldy, int accumulate)
 {
     const int lane = threadIdx.x & 31;
-    const int64_t n = (int64_t)blockIdx.x * NB_GEMV_WARPS + (threadIdx.x >> 5);
-    if (n >= w.n) return;
+    const int64_t n0 = ((int64_t)blockIdx.x * NB_GEMV_WARPS + (threadIdx.x >> 5)) * R;
+    if (n0 >= w.n) return;
+    const int nr = w.n - n0 < R ? (int)(w.n - n0) : R;
     const int64_t nb = w.k / 16;
     for (int t0 = 0; t0 < T; t0 += NB_GEMV_TT) {
         const int nt = T - t0 < NB_GEMV_TT ? T - t0 : NB_GEMV_TT;
-        float acc[NB_GEMV_TT];
+        float acc[NB_GEMV_TT][R];
 #pragma unroll
-        for (int t = 0; t < NB_GEMV_TT; t++) acc[t] = 0.0f;
+        for (int t = 0; t < NB_GEMV_TT; t++)
+#pragma unroll
+            for (int r = 0; r < R; r++) acc[t][r] = 0.0f;
         for (int64_t b = lane; b < nb; b += 32) {
-            float wv[16];
-            nb_d_wload16(w, n, b * 16, wv);
+            float wv[R][16];
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                if (r < nr) nb_d_wload16(w, n0 + r, b * 16, wv[r]);
+                else
+#pragma unroll
+                    for (int i = 0; i < 16; i++) wv[r][i] = 0.0f;
+            }
 #pragma unroll
             for (int t = 0; t < NB_GEMV_TT; t++) {
                 if (t < nt) {
-                    const float4 *xr = (const float4 *)(x + (int64_t)(t0 + t) * ldx + b * 16);
-                    float s = 0.0f;
-                    if ((((uintptr_t)xr) & 15) == 0) {
+                    const float *xs = x + (int64_t)(t0 + t) * ldx + b * 16;
+                    float xv[16];
+                    if ((((uintptr_t)xs) & 15) == 0) {
 #pragma unroll
                         for (int i = 0; i < 4; i++) {
-                            float4 v = xr[i];
-                            s += v.x * wv[4 * i] + v.y * wv[4 * i + 1] + v.z * wv[4 * i + 2] + v.w * wv[4 * i + 3];
+                            float4 v = ((const float4 *)xs)[i];
+                            xv[4 * i] = v.x, xv[4 * i + 1] = v.y, xv[4 * i + 2] = v.z, xv[4 * i + 3] = v.w;
                         }
                     } else {
-                        const float *xs = (const float *)xr;
 #pragma unroll
-                        for (int i = 0; i < 16; i++) s += xs[i] * wv[i];
+                        for (int i = 0; i < 16; i++) xv[i] = xs[i];
                     }
-                    acc[t] += s;
+#pragma unroll
+                    for (int r = 0; r < R; r++) {
+                        float s = 0.0f;
+#pragma unroll
+                        for (int i = 0; i < 16; i++) s += xv[i] * wv[r][i];
+                        acc[t][r] += s;
+                    }
                 }
             }
         }
-        for (int64_t j = nb * 16 + lane; j < w.k; j += 32) {
-            float wv = nb_d_wload1(w, n, j);
-            for (int t = 0; t < nt; t++) acc[t] += x[(int64_t)(t0 + t) * ldx + j] * wv;
-        }
+        // Loops below are unrolled with guards so acc stays in registers.
+        for (int64_t j = nb * 16 + lane; j < w.k; j += 32)
 #pragma unroll
-        for (int t = 0; t < NB_GEMV_TT; t++) acc[t] = nb_d_warp_sum(acc[t]);
+            for (int r = 0; r < R; r++) {
+                if (r < nr) {
+                    float wv = nb_d_wload1(w, n0 + r, j);
+#pragma unroll
+                    for (int t = 0; t < NB_GEMV_TT; t++)
+                        if (t < nt) acc[t][r] += x[(int64_t)(t0 + t) * ldx + j] * wv;
+                }
+            }
+#pragma unroll
+        for (int t = 0; t < NB_GEMV_TT; t++)
+#pragma unroll
+            for (int r = 0; r < R; r++) acc[t][r] = nb_d_warp_sum(acc[t][r]);
         if (lane == 0) {
-            const float b = w.bias ? w.bias[n] : 0.0f;
-            for (int t = 0; t < nt; t++) {
-                float *o = y + (int64_t)(t0 + t) * ldy + n;
-                float v = accumulate ? *o + acc[t] : acc[t];
-                *o = v + b;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                if (r >= nr) continue;
+                const float b = w.bias ? w.bias[n0 + r] : 0.0f;
+#pragma unroll
+                for (int t = 0; t < NB_GEMV_TT; t++) {
+                    if (t >= nt) continue;
+                    float *o = y + (int64_t)(t0 + t) * ldy + n0 + r;
+                    float v = accumulate ? *o + acc[t][r] : acc[t][r];
+                    *o = v + b;
+                }
             }
         }
     }
@@ -114,11 +147,23 @@ extern "C" int nb_cuda_linear_should_use_lt(int64_t tokens, nb_wfmt fmt)
     return tokens > NB_CUDA_LINEAR_GEMV_MAX_TOKENS;
 }
 
+// Rows per warp: 1 for a token or two (every warp streams its own row: more warps in flight
+// on narrow matrices), NB_GEMV_ROWS for more tokens (activations reused across rows).
+#define NB_GEMV_ROWS 4
+#define NB_GEMV_ROWS_MIN_TOKENS 3
+
 static nb_status gemv(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T, const nb_weight *w, float *y,
                       int64_t ldy, int accumulate)
 {
-    unsigned blocks = (unsigned)((w->n + NB_GEMV_WARPS - 1) / NB_GEMV_WARPS);
-    k_gemv<<<blocks, 32 * NB_GEMV_WARPS, 0, nb_cuda_stream(ctx)>>>(*w, x, ldx, (int)T, y, ldy, accumulate);
+    cudaStream_t s = nb_cuda_stream(ctx);
+    if (T >= NB_GEMV_ROWS_MIN_TOKENS) {
+        const int64_t per = (int64_t)NB_GEMV_WARPS * NB_GEMV_ROWS;
+        k_gemv<NB_GEMV_ROWS><<<(unsigned)((w->n + per - 1) / per), 32 * NB_GEMV_WARPS, 0, s>>>(*w, x, ldx, (int)T, y,
+                                                                                           ldy, accumulate);
+    } else {
+        k_gemv<1><<<(unsigned)((w->n + NB_GEMV_WARPS - 1) / NB_GEMV_WARPS), 32 * NB_GEMV_WARPS, 0, s>>>(
+            *w, x, ldx, (int)T, y, ldy, accumulate);
+    }
     NB_CUDA_LAUNCHED("linear (gemv)");
     return NB_OK;
 }
