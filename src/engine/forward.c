@@ -289,12 +289,14 @@ nb_status nb_forward(nb_model *m, nb_kv_pool *pool, const nb_batch *b, float *lo
     const int64_t qiw = (int64_t)c->index_n_heads * c->index_head_dim;
     const int64_t E = c->n_routed_experts, K = NB_MAX(c->num_experts_per_tok, 1), topk = NB_MAX(c->index_topk, 1);
     const int R = nb_batch_logit_rows(b);
+    /* logits stay in the block only on a device; on the host they go to the caller's buffer */
+    const int64_t dev_logits_n = nb_ops_ctx_device(m->ops) == NB_DEVICE_CPU ? 1 : (int64_t)R * c->vocab_size;
     /* element counts of every buffer, in take() order below; the index arrays come first so
      * one upload moves them all */
     const int64_t sizes[] = {T,           T,        T,         n_slots, T,      R,      3 * H * T, qw * T,
                              c->q_lora_rank * (int64_t)T + 1, ka * T + 1, attw * T, kvw * T + 1, kvw * T + 1,
                              qiw * T + 1, c->index_head_dim * (int64_t)T + 1, c->index_n_heads * (int64_t)T + 1,
-                             E * T + 1,   K * T,    K * T,     topk * T, T,      H * R,  (int64_t)R * c->vocab_size};
+                             E * T + 1,   K * T,    K * T,     topk * T, T,      H * R,  dev_logits_n};
     nb_ops_ctx *ops = m->ops;
     fwd_bufs bufs = {0};
     for (size_t i = 0; i < NB_ARRAY_LEN(sizes); i++) bufs.cap += ((size_t)sizes[i] * 4 + 63) / 64 * 64;
@@ -329,7 +331,7 @@ nb_status nb_forward(nb_model *m, nb_kv_pool *pool, const nb_batch *b, float *lo
     f.sel_pos = (int32_t *)take(&bufs, topk * T);
     f.sel_count = (int32_t *)take(&bufs, T);
     float *final_rows = take(&bufs, H * R);
-    float *dev_logits = take(&bufs, (int64_t)R * c->vocab_size);
+    float *dev_logits = take(&bufs, dev_logits_n);
 
     /* The index arrays, built on the host in the block's layout, then moved in one upload. */
     char *hidx = malloc(idx_bytes);
