@@ -34,7 +34,7 @@ static void nb_usage(FILE *f)
             "commands:\n",
             nb_version());
     for (size_t i = 0; i < sizeof nb_commands / sizeof nb_commands[0]; i++)
-        fprintf(f, "  %-14s %s\n", nb_commands[i].name, nb_commands[i].summary);
+        fprintf(f, "  %-16s %s\n", nb_commands[i].name, nb_commands[i].summary);
     fprintf(f, "\nenvironment: NIBBLE_LOG=trace|debug|info|warn|error (default info)\n");
 }
 
