@@ -12,6 +12,23 @@
 #include "tokenizer/template/tpl_internal.h"
 
 #define MAX_DEPTH 200
+/* Loop iterations plus macro calls one render may make: nested range() loops could
+ * otherwise run for hours (jinja2 has no limit). Real chat templates stay far below. */
+#define MAX_STEPS 50000000ull
+
+/* A closure keeps its scope and every enclosing one alive: none may be reused. */
+static void mark_captured(tpl_scope *s)
+{
+    for (; s && !s->captured; s = s->parent) s->captured = 1;
+}
+
+static nb_status step(tpl_ctx *c, int line)
+{
+    if (++c->steps > MAX_STEPS)
+        return nb_error(NB_ERR_OUT_OF_MEMORY, "template %s line %d: render exceeded its step budget (%llu loop iterations and macro calls)",
+                        c->tpl->name, line, (unsigned long long)MAX_STEPS);
+    return NB_OK;
+}
 
 /* ---- scopes -------------------------------------------------------------------------- */
 tpl_scope *tpl_scope_new(tpl_ctx *c, tpl_scope *parent)
@@ -84,14 +101,22 @@ static nb_status call_macro(tpl_ctx *c, int line, tpl_func *f, const tv *args, i
                             const tv *kwv, int nkw, tv *out)
 {
     const tpl_node *m = f->node;
+    NB_TRY(step(c, line));
     if (c->depth >= MAX_DEPTH)
         return nb_error(NB_ERR_OUT_OF_MEMORY, "template %s line %d: macro recursion deeper than %d", c->tpl->name,
                         line, MAX_DEPTH);
     tpl_scope *s = tpl_scope_new(c, f->closure);
     if (!s) return tpl_oom(c, line);
-    tv varargs = tv_list_new(&c->arena, 0), kwargs = tv_dict_new(&c->arena, 0);
-    if (!varargs.u.l || !kwargs.u.d) return tpl_oom(c, line);
-    varargs.flag = TV_F_TUPLE;
+    tv varargs = {0}, kwargs = {0};
+    if (m->flags & MACRO_USES_VARARGS) {
+        varargs = tv_list_new(&c->arena, 0);
+        if (!varargs.u.l) return tpl_oom(c, line);
+        varargs.flag = TV_F_TUPLE;
+    }
+    if (m->flags & MACRO_USES_KWARGS) {
+        kwargs = tv_dict_new(&c->arena, 0);
+        if (!kwargs.u.d) return tpl_oom(c, line);
+    }
     const char *mname = f->kind == TF_MACRO ? f->name : "caller";
     /* jinja2 refuses extra arguments unless the body reads varargs / kwargs */
     if (nargs > m->nkw && !(m->flags & MACRO_USES_VARARGS))
@@ -127,7 +152,8 @@ static nb_status call_macro(tpl_ctx *c, int line, tpl_func *f, const tv *args, i
     }
     for (int i = m->nkw; i < nargs; i++)
         if (tpl_list_push(&c->arena, varargs.u.l, args[i])) return tpl_oom(c, line);
-    if (tpl_scope_set(c, s, "varargs", varargs) || tpl_scope_set(c, s, "kwargs", kwargs)) return tpl_oom(c, line);
+    if ((m->flags & MACRO_USES_VARARGS) && tpl_scope_set(c, s, "varargs", varargs)) return tpl_oom(c, line);
+    if ((m->flags & MACRO_USES_KWARGS) && tpl_scope_set(c, s, "kwargs", kwargs)) return tpl_oom(c, line);
     if (f->caller) {
         tv cv = {0};
         cv.t = TV_FUNC;
@@ -252,10 +278,14 @@ static nb_status exec_for(tpl_ctx *c, tpl_scope *s, const tpl_node *n)
     /* jinja2 runs the else block unless some iteration reached the end of the body: a
      * break or continue in every iteration (or no iteration at all) runs it. */
     int completed = 0;
+    tpl_scope *is = NULL;
     for (size_t i = 0; i < count; i++) {
         loop->index0 = i;
-        tpl_scope *is = tpl_scope_new(c, s);
-        if (!is) {
+        if ((st = step(c, n->line)) != NB_OK) break;
+        /* each iteration starts from an empty scope; the previous one is reused unless a
+         * macro defined in it still refers to it */
+        if (is && !is->captured) is->n = 0;
+        else if (!(is = tpl_scope_new(c, s))) {
             st = tpl_oom(c, n->line);
             break;
         }
@@ -330,6 +360,7 @@ nb_status tpl_exec(tpl_ctx *c, tpl_scope *s, const tpl_node *n)
         f->name = n->name;
         f->node = n;
         f->closure = s;
+        mark_captured(s);
         tv v = {0};
         v.t = TV_FUNC;
         v.u.fn = f;
@@ -351,6 +382,7 @@ nb_status tpl_exec(tpl_ctx *c, tpl_scope *s, const tpl_node *n)
         caller->name = "caller";
         caller->node = n;
         caller->closure = s;
+        mark_captured(s);
         *bound = *fn.u.fn;
         bound->caller = caller;
         tv bv = {0};

@@ -221,6 +221,7 @@ typedef struct tpl_scope {
     const char **names;
     tv *vals;
     size_t n, cap;
+    int captured; /* a macro or call block closes over it: it must outlive its block */
 } tpl_scope;
 
 typedef struct tpl_ctx {
@@ -229,6 +230,7 @@ typedef struct tpl_ctx {
     tpl_buf *out;   /* where output goes now (captures swap it) */
     int flow;       /* FLOW_* after break / continue */
     int depth;      /* macro / caller nesting */
+    uint64_t steps; /* loop iterations and macro calls so far (bounded: see tpl_exec.c) */
     tv placeholder; /* the value a filter block or set-block filter applies to */
 } tpl_ctx;
 
