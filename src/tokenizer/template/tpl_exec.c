@@ -251,9 +251,10 @@ static nb_status exec_for(tpl_ctx *c, tpl_scope *s, const tpl_node *n)
         /* the loop filter sees the loop target, not `loop` */
         tv kept = tv_list_new(&c->arena, 0);
         if (!kept.u.l) return tpl_oom(c, n->line);
+        tpl_scope *fs = tpl_scope_new(c, s); /* an expression cannot capture it: reused */
+        if (!fs) return tpl_oom(c, n->line);
         for (size_t i = 0; i < items->n; i++) {
-            tpl_scope *fs = tpl_scope_new(c, s);
-            if (!fs) return tpl_oom(c, n->line);
+            fs->n = 0;
             NB_TRY(assign(c, fs, n->a, items->v[i], n->line));
             tv t;
             NB_TRY(tpl_eval(c, fs, n->c, &t));
