@@ -124,7 +124,7 @@ static void test_budgets(void)
     expect_error("{% set ns = namespace(s='') %}{% for i in range(100000) %}{% set ns.s = ns.s ~ 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxx' %}{% endfor %}{{ ns.s | length }}",
                  NB_ERR_OUT_OF_MEMORY, "memory budget");
     expect_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", NB_ERR_OUT_OF_MEMORY, "recursion");
-    /* 1e10 iterations would run for hours: the step budget stops them (about a second) */
+    /* 1e10 iterations would run for hours: the step budget stops them (a fraction of a second) */
     expect_error("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", NB_ERR_OUT_OF_MEMORY,
                  "step budget");
     /* 4.5 million iterations of a quadratic scan stay within every budget */

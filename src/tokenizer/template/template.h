@@ -38,7 +38,7 @@ nb_status nb_template_compile(const char *src, size_t len, const char *name, nb_
  *                       in the template (undefined attribute, type error, bad filter
  *                       argument, unsafe sandbox access such as list.append);
  *   NB_ERR_OUT_OF_MEMORY the render exceeded a budget: 256 MiB of values, macro recursion
- *                       200 deep, or 2e8 loop iterations plus macro calls. */
+ *                       200 deep, or 1e7 loop iterations plus macro calls. */
 nb_status nb_template_render(const nb_template *tpl, const cJSON *vars, char **out, size_t *len);
 
 /* The template's name as given to compile. */

@@ -14,7 +14,7 @@
 #define MAX_DEPTH 200
 /* Loop iterations plus macro calls one render may make: nested range() loops could
  * otherwise run for hours (jinja2 has no limit). Real chat templates stay far below. */
-#define MAX_STEPS 50000000ull
+#define MAX_STEPS 10000000ull
 
 /* A closure keeps its scope and every enclosing one alive: none may be reused. */
 static void mark_captured(tpl_scope *s)
