@@ -219,7 +219,7 @@ static nb_status output(tpl_ctx *c, int line, tv v)
 
 /* `for x in range(...)` without a loop filter iterates lazily: templates that scan ahead
  * with range(i, messages|length) and break early would otherwise build large lists. */
-static int lazy_range(tpl_ctx *c, tpl_scope *s, const tpl_node *n, nb_status *st, int64_t *start, int64_t *step,
+static int lazy_range(tpl_ctx *c, tpl_scope *s, const tpl_node *n, nb_status *st, int64_t *start, int64_t *stride,
                       size_t *count)
 {
     const tpl_node *call = n->b;
@@ -229,7 +229,7 @@ static int lazy_range(tpl_ctx *c, tpl_scope *s, const tpl_node *n, nb_status *st
     if (found) return 0; /* shadowed by a variable */
     tv *args, *kwv;
     *st = tpl_eval_args(c, s, call, &args, &kwv);
-    if (*st == NB_OK) *st = tpl_range_params(c, call->line, args, call->nargs, call->nkw, start, step, count);
+    if (*st == NB_OK) *st = tpl_range_params(c, call->line, args, call->nargs, call->nkw, start, stride, count);
     return 1;
 }
 

@@ -775,7 +775,6 @@ nb_status tpl_test(tpl_ctx *c, int line, const char *name, tv v, const tv *args,
         else if (v.t == TV_STR) *out = v.u.s.p == arg.u.s.p && v.u.s.n == arg.u.s.n;
         else *out = tv_eq(v, arg);
     } else if (!strcmp(name, "in")) {
-        tv r;
         if (arg.t == TV_STR) {
             if (v.t != TV_STR) return tpl_fail(c, line, "'in <string>' requires string as left operand, not %s", tv_type_name(v));
             *out = v.u.s.n == 0 || memmem(arg.u.s.p, arg.u.s.n, v.u.s.p, v.u.s.n) != NULL;
@@ -786,7 +785,6 @@ nb_status tpl_test(tpl_ctx *c, int line, const char *name, tv v, const tv *args,
         } else if (arg.t == TV_DICT) *out = tpl_dict_get(arg.u.d, v) != NULL;
         else if (arg.t == TV_UNDEF) *out = 0;
         else return tpl_fail(c, line, "argument of type '%s' is not iterable", tv_type_name(arg));
-        (void)r;
     } else {
         int op = !strcmp(name, "eq") || !strcmp(name, "equalto") || !strcmp(name, "==") ? 0
                : !strcmp(name, "ne") || !strcmp(name, "!=") ? 1
