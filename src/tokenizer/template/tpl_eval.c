@@ -169,7 +169,7 @@ nb_status tpl_getitem(tpl_ctx *c, int line, tv obj, tv key, tv *out)
         break;
     }
     case TV_LIST:
-        if (obj.flag & (TV_F_KEYS | TV_F_VALUES | TV_F_ITEMS)) break; /* dict views are not subscriptable */
+        if (obj.flag & TV_F_NOT_SEQ) break; /* dict views and generators are not subscriptable */
         if (as_index(key, &i)) {
             int64_t n = (int64_t)obj.u.l->n;
             if (i < 0) i += n;
@@ -245,7 +245,7 @@ static nb_status do_slice(tpl_ctx *c, int line, tv obj, tv start, tv stop, tv st
     if (obj.t == TV_UNDEF) return tpl_undef_error(c, line, obj);
     /* jinja2 compiles slices to a plain Python subscript (no getitem fallback) */
     if (obj.t == TV_DICT) return tpl_fail(c, line, "unhashable type: 'slice'");
-    if ((obj.t != TV_LIST && obj.t != TV_STR) || (obj.t == TV_LIST && (obj.flag & (TV_F_KEYS | TV_F_VALUES | TV_F_ITEMS))))
+    if ((obj.t != TV_LIST && obj.t != TV_STR) || (obj.t == TV_LIST && (obj.flag & TV_F_NOT_SEQ)))
         return tpl_fail(c, line, "'%s' object is not subscriptable", tv_type_name(obj));
     int64_t a, b, s;
     if (obj.t == TV_LIST) {

@@ -330,8 +330,24 @@ static nb_status f_round(tpl_ctx *c, int line, tv v, tv prec, tv method, tv *out
 #define BIND0() NB_TRY(tpl_bind_args(c, line, name, NULL, 0, args, nargs, kwn, kwv, nkw, NULL))
 #define GIVEN(x) ((x).t != TV_ABSENT)
 
+static nb_status filter_impl(tpl_ctx *c, int line, const char *name, tv v, const tv *args, int nargs,
+                             const char **kwn, const tv *kwv, int nkw, tv *out);
+
 nb_status tpl_filter(tpl_ctx *c, int line, const char *name, tv v, const tv *args, int nargs, const char **kwn,
                      const tv *kwv, int nkw, tv *out)
+{
+    NB_TRY(filter_impl(c, line, name, v, args, nargs, kwn, kwv, nkw, out));
+    /* jinja2 returns generators / iterators from these: mark the list so truthiness, len,
+     * indexing and tojson behave as they do on a generator */
+    static const char *const lazy[] = {"map", "select", "reject", "selectattr", "rejectattr", "unique", "items"};
+    int gen = out->t == TV_LIST && in_set(name, lazy, NB_ARRAY_LEN(lazy));
+    if (out->t == TV_LIST && !strcmp(name, "reverse") && !(v.t == TV_LIST && (v.flag & TV_F_GEN))) gen = 1;
+    if (gen) out->flag = TV_F_GEN;
+    return NB_OK;
+}
+
+static nb_status filter_impl(tpl_ctx *c, int line, const char *name, tv v, const tv *args, int nargs,
+                             const char **kwn, const tv *kwv, int nkw, tv *out)
 {
     if (!strcmp(name, "default") || !strcmp(name, "d")) {
         BIND("default_value", "boolean");
@@ -369,7 +385,10 @@ nb_status tpl_filter(tpl_ctx *c, int line, const char *name, tv v, const tv *arg
         switch (v.t) {
         case TV_UNDEF: *out = tv_int(0); return NB_OK;
         case TV_STR: *out = tv_int((int64_t)tpl_utf8_len(v.u.s.p, v.u.s.n)); return NB_OK;
-        case TV_LIST: *out = tv_int((int64_t)v.u.l->n); return NB_OK;
+        case TV_LIST:
+            if (v.flag & TV_F_GEN) return tpl_fail(c, line, "object of type 'generator' has no len()");
+            *out = tv_int((int64_t)v.u.l->n);
+            return NB_OK;
         case TV_DICT: *out = tv_int((int64_t)v.u.d->n); return NB_OK;
         default: return tpl_fail(c, line, "object of type '%s' has no len()", tv_type_name(v));
         }
@@ -451,6 +470,9 @@ nb_status tpl_filter(tpl_ctx *c, int line, const char *name, tv v, const tv *arg
     }
     if (!strcmp(name, "first") || !strcmp(name, "last")) {
         BIND0();
+        /* last() reverses its argument: a generator cannot be */
+        if (name[0] == 'l' && v.t == TV_LIST && (v.flag & TV_F_GEN))
+            return tpl_fail(c, line, "'generator' object is not reversible");
         tpl_list *items;
         NB_TRY(tpl_iterate(c, line, v, &items));
         if (!items->n) *out = tv_undef(name[0] == 'f' ? "No first item, sequence was empty." : "No last item, sequence was empty.");

@@ -51,6 +51,9 @@ typedef enum tv_type {
 #define TV_F_KEYS 4   /* TV_LIST from dict.keys(): repr "dict_keys([...])" */
 #define TV_F_VALUES 8 /* dict.values() */
 #define TV_F_ITEMS 16 /* dict.items() */
+#define TV_F_GEN 32   /* a list standing for a jinja2 generator / iterator (map, select, ...):
+                       * always truthy, no len(), not subscriptable, not JSON */
+#define TV_F_NOT_SEQ (TV_F_KEYS | TV_F_VALUES | TV_F_ITEMS | TV_F_GEN) /* not subscriptable */
 
 typedef struct tpl_list tpl_list;
 typedef struct tpl_dict tpl_dict;

@@ -84,7 +84,7 @@ static nb_status dump(tpl_ctx *c, int line, tpl_buf *b, tv v, const jopts *o, in
     case TV_FLOAT: json_float(b, v.u.f); return NB_OK;
     case TV_STR: json_str(b, v.u.s.p, v.u.s.n, o->ensure_ascii); return NB_OK;
     case TV_LIST:
-        if (v.flag & (TV_F_KEYS | TV_F_VALUES | TV_F_ITEMS))
+        if (v.flag & TV_F_NOT_SEQ)
             return tpl_fail(c, line, "Object of type %s is not JSON serializable", tv_type_name(v));
         if (v.u.l->n == 0) {
             tpl_buf_puts(b, "[]");

@@ -156,7 +156,7 @@ int tv_truthy(tv v)
     case TV_INT: return v.u.i != 0;
     case TV_FLOAT: return v.u.f != 0.0;
     case TV_STR: return v.u.s.n != 0;
-    case TV_LIST: return v.u.l->n != 0;
+    case TV_LIST: return (v.flag & TV_F_GEN) || v.u.l->n != 0;
     case TV_DICT: return v.u.d->n != 0;
     default: return 1;
     }
@@ -178,7 +178,7 @@ int tv_eq(tv a, tv b)
     case TV_STR: return a.u.s.n == b.u.s.n && !memcmp(a.u.s.p, b.u.s.p, a.u.s.n);
     case TV_LIST:
         if (a.flag != b.flag) return 0; /* list vs tuple vs dict views */
-        if ((a.flag & TV_F_VALUES) && a.u.l != b.u.l) return 0; /* dict_values compare by identity */
+        if ((a.flag & (TV_F_VALUES | TV_F_GEN)) && a.u.l != b.u.l) return 0; /* compared by identity */
         if (a.u.l->n != b.u.l->n) return 0;
         for (size_t i = 0; i < a.u.l->n; i++)
             if (!tv_eq(a.u.l->v[i], b.u.l->v[i])) return 0;
@@ -238,7 +238,7 @@ const char *tv_type_name(tv v)
     case TV_STR: return "str";
     case TV_LIST:
         return (v.flag & TV_F_TUPLE) ? "tuple" : (v.flag & TV_F_KEYS) ? "dict_keys" : (v.flag & TV_F_VALUES) ? "dict_values"
-             : (v.flag & TV_F_ITEMS) ? "dict_items" : "list";
+             : (v.flag & TV_F_ITEMS) ? "dict_items" : (v.flag & TV_F_GEN) ? "generator" : "list";
     case TV_DICT: return "dict";
     case TV_NS: return "Namespace";
     case TV_LOOP: return "LoopContext";
