@@ -65,7 +65,19 @@ nb_status tpl_to_str(tpl_ctx *c, int line, tv v, tv *out)
 nb_status tpl_iterate(tpl_ctx *c, int line, tv v, tpl_list **out)
 {
     switch (v.t) {
-    case TV_LIST: *out = v.u.l; return NB_OK;
+    case TV_LIST:
+        if (v.flag & TV_F_GEN) {
+            /* a generator yields what is left, once */
+            tpl_list *rest = tpl_alloc(&c->arena, sizeof(tpl_list));
+            if (!rest) return tpl_oom(c, line);
+            rest->v = v.u.l->v + v.u.l->used;
+            rest->n = rest->cap = v.u.l->n - v.u.l->used;
+            v.u.l->used = v.u.l->n;
+            *out = rest;
+            return NB_OK;
+        }
+        *out = v.u.l;
+        return NB_OK;
     case TV_UNDEF:
         if (v.flag & TV_F_UNSAFE) return tpl_undef_error(c, line, v);
         /* fallthrough */
@@ -461,14 +473,18 @@ static nb_status contains(tpl_ctx *c, int line, tv needle, tv hay, int *out)
             return tpl_fail(c, line, "'in <string>' requires string as left operand, not %s", tv_type_name(needle));
         *out = needle.u.s.n == 0 || memmem(hay.u.s.p, hay.u.s.n, needle.u.s.p, needle.u.s.n) != NULL;
         return NB_OK;
-    case TV_LIST:
-        for (size_t i = 0; i < hay.u.l->n; i++)
+    case TV_LIST: {
+        size_t i0 = (hay.flag & TV_F_GEN) ? hay.u.l->used : 0;
+        for (size_t i = i0; i < hay.u.l->n; i++)
             if (tv_eq(hay.u.l->v[i], needle)) {
+                if (hay.flag & TV_F_GEN) hay.u.l->used = i + 1; /* `in` consumes up to the match */
                 *out = 1;
                 return NB_OK;
             }
+        if (hay.flag & TV_F_GEN) hay.u.l->used = hay.u.l->n;
         *out = 0;
         return NB_OK;
+    }
     case TV_DICT: *out = tpl_dict_get(hay.u.d, needle) != NULL; return NB_OK;
     default: return tpl_fail(c, line, "argument of type '%s' is not iterable", tv_type_name(hay));
     }

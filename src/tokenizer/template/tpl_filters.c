@@ -470,9 +470,14 @@ static nb_status filter_impl(tpl_ctx *c, int line, const char *name, tv v, const
     }
     if (!strcmp(name, "first") || !strcmp(name, "last")) {
         BIND0();
-        /* last() reverses its argument: a generator cannot be */
+        /* last() reverses its argument: a generator cannot be; first() takes one item */
         if (name[0] == 'l' && v.t == TV_LIST && (v.flag & TV_F_GEN))
             return tpl_fail(c, line, "'generator' object is not reversible");
+        if (v.t == TV_LIST && (v.flag & TV_F_GEN)) {
+            if (v.u.l->used < v.u.l->n) *out = v.u.l->v[v.u.l->used++];
+            else *out = tv_undef("No first item, sequence was empty.");
+            return NB_OK;
+        }
         tpl_list *items;
         NB_TRY(tpl_iterate(c, line, v, &items));
         if (!items->n) *out = tv_undef(name[0] == 'f' ? "No first item, sequence was empty." : "No last item, sequence was empty.");

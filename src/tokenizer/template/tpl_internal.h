@@ -79,6 +79,7 @@ typedef struct tv {
 struct tpl_list {
     tv *v;
     size_t n, cap;
+    size_t used; /* TV_F_GEN: items a consumer already took, as from a Python generator */
 };
 struct tpl_dict {
     tv *k, *v;
