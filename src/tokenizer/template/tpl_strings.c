@@ -641,7 +641,8 @@ nb_status tpl_percent_format(tpl_ctx *c, int line, tv fmt, tv args, tv *out)
     }
     if (st == NB_OK && !used_mapping && is_tuple && ai < an)
         st = tpl_fail(c, line, "not all arguments converted during string formatting");
-    if (st == NB_OK && !used_mapping && !is_tuple && ai == 0 && args.t != TV_DICT)
+    /* Python tolerates an unused argument only when it has __getitem__ (and is no str) */
+    if (st == NB_OK && !used_mapping && !is_tuple && ai == 0 && args.t != TV_DICT && args.t != TV_LIST)
         st = tpl_fail(c, line, "not all arguments converted during string formatting");
     if (st != NB_OK) {
         tpl_buf_free(&b);
