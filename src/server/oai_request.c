@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/json_span.h"
+#include "server/strbuf.h"
+
 void nb_oai_set_error(nb_oai_error *err, int http, const char *type, const char *param, const char *code,
                       const char *fmt, ...)
 {
@@ -128,6 +131,9 @@ void nb_oai_request_free(nb_oai_request *r)
     cJSON_Delete(r->messages);
     cJSON_Delete(r->tools);
     cJSON_Delete(r->template_kwargs);
+    free(r->messages_json);
+    free(r->tools_json);
+    free(r->kwargs_json);
     for (int i = 0; r->stop && i < r->sp.n_stop; i++) free(r->stop[i]);
     free(r->stop);
     free(r->stop_ids);
@@ -236,7 +242,116 @@ static int nb_cat(char **buf, size_t *len, const char *s)
     return 0;
 }
 
-static int nb_parse_messages(const cJSON *body, nb_oai_request *r, nb_oai_error *err)
+/* ---- the chat variables as the request's own JSON text ---- */
+
+/* The value span of `child` in the container `parent` whose text starts at s[start]: the
+ * members are walked in step with cJSON's child list. Returns 0 or -1. */
+static int nb_span_of(const char *s, size_t n, size_t start, const cJSON *parent, const cJSON *child, size_t *vs,
+                      size_t *ve)
+{
+    nb_json_iter it;
+    size_t ks, ke;
+    if (nb_json_iter_begin(&it, s, n, start)) return -1;
+    for (const cJSON *c = parent->child; c; c = c->next) {
+        if (nb_json_iter_next(&it, &ks, &ke, vs, ve) != 1) return -1;
+        if (c == child) return 0;
+    }
+    return -1;
+}
+
+/* messages_json: the raw array, except that a message whose content was a list of parts is
+ * rebuilt member by member with the joined string (from r->messages) in place of the list. */
+static int nb_raw_messages(const char *s, size_t n, size_t ms, const cJSON *m, const nb_oai_request *r,
+                           nb_strbuf *b)
+{
+    nb_json_iter it, mit;
+    size_t ks, ke, vs, ve, fs, fe;
+    if (nb_json_iter_begin(&it, s, n, ms)) return -1;
+    nb_sb_add(b, "[", 1);
+    const cJSON *norm = r->messages->child;
+    for (const cJSON *msg = m->child; msg; msg = msg->next, norm = norm->next) {
+        if (nb_json_iter_next(&it, &ks, &ke, &vs, &ve) != 1 || !norm) return -1;
+        if (msg != m->child) nb_sb_add(b, ",", 1);
+        const cJSON *content = nb_get(msg, "content");
+        if (!cJSON_IsArray(content)) {
+            nb_sb_add(b, s + vs, ve - vs);
+            continue;
+        }
+        if (nb_json_iter_begin(&mit, s, n, vs)) return -1;
+        nb_sb_add(b, "{", 1);
+        /* The normalized copy has the same members in the same order, content replaced. */
+        for (const cJSON *c = msg->child, *nc = norm->child; c; c = c->next, nc = nc ? nc->next : NULL) {
+            if (nb_json_iter_next(&mit, &ks, &ke, &fs, &fe) != 1 || !nc) return -1;
+            if (c != msg->child) nb_sb_add(b, ",", 1);
+            nb_sb_add(b, s + ks, ke - ks);
+            nb_sb_add(b, ":", 1);
+            if (c != content) {
+                nb_sb_add(b, s + fs, fe - fs);
+                continue;
+            }
+            char *txt = cJSON_PrintUnformatted(nc);
+            if (!txt) b->oom = 1;
+            else nb_sb_puts(b, txt);
+            free(txt);
+        }
+        nb_sb_add(b, "}", 1);
+    }
+    if (norm) return -1;
+    nb_sb_add(b, "]", 1);
+    return 0;
+}
+
+static char *nb_span_dup(const char *s, size_t a, size_t b)
+{
+    char *p = malloc(b - a + 1);
+    if (p) memcpy(p, s + a, b - a), p[b - a] = 0;
+    return p;
+}
+
+/* Fill r->messages_json, tools_json and kwargs_json from the body text `s` (which cJSON
+ * accepted as `body`). think: the top-level enable_thinking to add to the kwargs (-1: none).
+ * Returns 0, or -1 with *err set (500: out of memory, or a scanner that lost step with
+ * cJSON, which is a bug). */
+static int nb_raw_chat_json(const char *s, size_t n, const cJSON *body, const cJSON *m, const cJSON *tools,
+                            const cJSON *kw, int think, nb_oai_request *r, nb_oai_error *err)
+{
+    size_t root = n >= 3 && !memcmp(s, "\xEF\xBB\xBF", 3) ? 3 : 0; /* cJSON skips a UTF-8 BOM */
+    root = nb_json_skip_ws(s, n, root);
+    size_t vs, ve;
+    nb_strbuf b = {0};
+    if (nb_span_of(s, n, root, body, m, &vs, &ve) || nb_raw_messages(s, n, vs, m, r, &b)) goto lost;
+    if (b.oom) goto oom;
+    r->messages_json = b.p;
+    b = (nb_strbuf){0};
+    if (tools) {
+        if (nb_span_of(s, n, root, body, tools, &vs, &ve)) goto lost;
+        if (!(r->tools_json = nb_span_dup(s, vs, ve))) goto oom;
+    }
+    if (kw) {
+        if (nb_span_of(s, n, root, body, kw, &vs, &ve) || ve - vs < 2) goto lost;
+        nb_sb_add(&b, s + vs, ve - vs - 1); /* all but the closing brace */
+    } else {
+        nb_sb_add(&b, "{", 1);
+    }
+    if (think >= 0) {
+        if (kw && kw->child) nb_sb_add(&b, ",", 1);
+        nb_sb_puts(&b, think ? "\"enable_thinking\":true" : "\"enable_thinking\":false");
+    }
+    nb_sb_add(&b, "}", 1);
+    if (b.oom) goto oom;
+    r->kwargs_json = b.p;
+    return 0;
+lost:
+    nb_sb_free(&b);
+    nb_oai_set_error(err, 500, "server_error", "messages", "", "internal error: request JSON text scan lost step");
+    return -1;
+oom:
+    nb_sb_free(&b);
+    nb_oai_set_error(err, 500, "server_error", "messages", "", "out of memory");
+    return -1;
+}
+
+static int nb_parse_messages(const cJSON *body, const char *raw, size_t len, nb_oai_request *r, nb_oai_error *err)
 {
     static const char *const roles[] = {"system", "user", "assistant", "tool", "developer", "function"};
     const cJSON *m = nb_get(body, "messages");
@@ -333,8 +448,9 @@ static int nb_parse_messages(const cJSON *body, nb_oai_request *r, nb_oai_error 
     int think;
     int got = nb_get_bool(body, "enable_thinking", &think, err);
     if (got < 0) return -1;
-    if (got && !cJSON_GetObjectItemCaseSensitive(r->template_kwargs, "enable_thinking"))
-        cJSON_AddBoolToObject(r->template_kwargs, "enable_thinking", think);
+    int add_think = got && !cJSON_GetObjectItemCaseSensitive(r->template_kwargs, "enable_thinking");
+    if (add_think) cJSON_AddBoolToObject(r->template_kwargs, "enable_thinking", think);
+    if (nb_raw_chat_json(raw, len, body, m, tools, kw, add_think ? think : -1, r, err)) return -1;
     r->add_generation_prompt = 1;
     if (nb_get_bool(body, "add_generation_prompt", &r->add_generation_prompt, err) < 0) return -1;
     r->separate_reasoning = 1;
@@ -530,7 +646,7 @@ int nb_oai_parse(nb_oai_kind kind, const char *body, size_t len, nb_oai_request 
             goto out;
         }
         if (got) r->top_logprobs = (int)x;
-        if (nb_parse_messages(j, r, err)) goto out;
+        if (nb_parse_messages(j, body, len, r, err)) goto out;
     }
     r->sp.logprobs = r->logprobs;
     r->sp.top_logprobs = r->top_logprobs;

@@ -49,6 +49,12 @@ typedef struct nb_oai_request {
     cJSON *messages;     /* normalized: content parts flattened to one string */
     cJSON *tools;        /* or NULL */
     cJSON *template_kwargs; /* object: chat_template_kwargs + enable_thinking; never NULL for chat */
+    /* The same three as the request's own JSON text (malloc'd, NUL-terminated), for
+     * nb_chat_template_apply_json: numbers keep their spelling ("1.0" stays a float, big
+     * integers stay exact), as Python's json hands them to transformers. messages_json is
+     * the raw array with only normalized contents re-serialized; tools_json is NULL when
+     * tools is; kwargs_json is never NULL for chat. */
+    char *messages_json, *tools_json, *kwargs_json;
     int add_generation_prompt;
     int separate_reasoning; /* SGLang's switch; default 1 */
     /* common */

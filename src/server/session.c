@@ -593,8 +593,10 @@ static int nb_prompt_ids(nb_server *s, nb_srv_req *r, nb_oai_error *err)
     }
     char *text = NULL;
     size_t tl = 0;
-    if (nb_chat_template_apply(s->tpl, q->messages, q->tools, q->add_generation_prompt, q->template_kwargs, s->bos,
-                               s->eos, &text, &tl) != NB_OK) {
+    /* The request's own JSON text, not the cJSON trees: numbers keep their spelling ("1.0",
+     * big integers), as transformers sees them through Python's json. */
+    if (nb_chat_template_apply_json(s->tpl, q->messages_json, q->tools_json, q->add_generation_prompt,
+                                    q->kwargs_json, s->bos, s->eos, &text, &tl) != NB_OK) {
         nb_oai_set_error(err, 400, "invalid_request_error", "messages", "invalid_value", "chat template: %s",
                          nb_last_error());
         return -1;

@@ -1,11 +1,15 @@
 /* Unit tests of the server's pure parts: OpenAI request parsing and validation (status,
  * parameter named), the reasoning splitter (text and token-id modes, tags split across
- * deltas), the Prometheus rendering.
+ * deltas), the Prometheus rendering, the chat variables' raw JSON text (numbers keep their
+ * spelling through to the template).
  *   build-srv/tests/test_oai_request [NAME_SUBSTRING] */
 #include "nbtest.h"
+#include "server/json_span.h"
 #include "server/metrics.h"
 #include "server/oai_request.h"
 #include "server/reasoning.h"
+#include "raw_json_check.h"
+#include "tokenizer/template/template.h"
 
 static int nb_bad(nb_oai_kind k, const char *body, int http, const char *param)
 {
@@ -224,10 +228,107 @@ static void test_metrics_render(void)
     nb_srv_metrics_free(m);
 }
 
+#define NB_CHECK_STR(got, want) NB_CHECK_MSG(!strcmp((got), (want)), "got  %s\n      want %s", (got), (want))
+
+static int nb_raw_matches(const nb_oai_request *r)
+{
+    int ok = nb_raw_json_agrees(r);
+    if (!ok) fprintf(stderr, "    raw: %s | %s | %s\n", r->messages_json, r->tools_json, r->kwargs_json);
+    return ok;
+}
+
+static void test_chat_raw_json(void)
+{
+    const char *b = "\xEF\xBB\xBF \n{\"tools\" : [ {\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":"
+                    "{\"x\":1.0,\"big\":12345678901234567890,\"e\":1e100,\"n\":[0.5,{\"y\":-0.0}],\"s\":\"]}\\\"[\"},"
+                    "\"i\":9007199254740993}} ],"
+                    "\"messages\":[{\"role\":\"user\",\"w\":2.50,\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
+                    "{\"type\":\"text\",\"text\":\"\\u00e9\\\"}\"}],\"z\":[1.0]},"
+                    "{\"role\":\"assistant\",\"content\":\"ok\",\"t\":{\"v\":3.0}}],"
+                    "\"chat_template_kwargs\":{\"temp\":0.10},\"enable_thinking\":false}";
+    nb_oai_request r;
+    nb_oai_error e = {0};
+    NB_CHECK(nb_oai_parse(NB_OAI_CHAT, b, strlen(b), &r, &e) == 0);
+    if (!r.messages_json) return;
+    NB_CHECK_STR(r.tools_json, "[ {\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":"
+                                  "{\"x\":1.0,\"big\":12345678901234567890,\"e\":1e100,\"n\":[0.5,{\"y\":-0.0}],"
+                                  "\"s\":\"]}\\\"[\"},\"i\":9007199254740993}} ]");
+    NB_CHECK_STR(r.messages_json, "[{\"role\":\"user\",\"w\":2.50,\"content\":\"a\\n\xC3\xA9\\\"}\",\"z\":[1.0]},"
+                                     "{\"role\":\"assistant\",\"content\":\"ok\",\"t\":{\"v\":3.0}}]");
+    NB_CHECK_STR(r.kwargs_json, "{\"temp\":0.10,\"enable_thinking\":false}");
+    NB_CHECK(nb_raw_matches(&r));
+    /* Through the template: what transformers prints (json.dumps / str of Python numbers).
+     * 2^53 + 1 survives (a double would not). "big" (past int64) is exact in the text handed
+     * over, but the template's JSON reader makes it a float, so it is left out here. */
+    const char *src = "{% set p = tools[0].function.parameters %}{{ p.x }}|{{ p.e }}|{{ p.n | tojson }}|"
+                      "{{ p.s | tojson }}|{{ tools[0].function.i }}|{{ messages[0].w }}|{{ messages[0].z }}|"
+                      "{{ messages[1].t.v }}|{{ temp }}|{{ enable_thinking }}|{{ messages[0].content }}";
+    nb_template *t = NULL;
+    NB_CHECK(nb_template_compile(src, strlen(src), "t", &t) == NB_OK);
+    char *out = NULL;
+    size_t n = 0;
+    NB_CHECK(t && nb_chat_template_apply_json(t, r.messages_json, r.tools_json, 1, r.kwargs_json, NULL, NULL, &out,
+                                              &n) == NB_OK);
+    NB_CHECK_STR(out ? out : "", "1.0|1e+100|[0.5, {\"y\": -0.0}]|\"]}\\\"[\"|9007199254740993|2.5|[1.0]|3.0|0.1|"
+                                 "False|a\n\xC3\xA9\"}");
+    free(out);
+    nb_template_free(t);
+    nb_oai_request_free(&r);
+
+    /* Defaults: no tools, no kwargs; enable_thinking into an empty object; kwargs kept when
+     * they name enable_thinking themselves; duplicate keys stay in step with cJSON's list. */
+    const char *cases[][2] = {
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "{}"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"enable_thinking\":true,\"chat_template_kwargs\":{ }}",
+         "{ \"enable_thinking\":true}"},
+        {"{\"enable_thinking\":true,\"chat_template_kwargs\":{\"enable_thinking\":false},"
+         "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+         "{\"enable_thinking\":false}"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"p\"}],\"content\":\"q\"}],"
+         "\"tools\":null,\"messages\":7}",
+         "{}"},
+    };
+    for (size_t i = 0; i < NB_ARRAY_LEN(cases); i++) {
+        NB_CHECK(nb_oai_parse(NB_OAI_CHAT, cases[i][0], strlen(cases[i][0]), &r, &e) == 0);
+        if (!r.messages_json) continue;
+        NB_CHECK_STR(r.kwargs_json, cases[i][1]);
+        NB_CHECK(!r.tools_json && nb_raw_matches(&r));
+        nb_oai_request_free(&r);
+    }
+    const char *dup = "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"p\"}],\"content\":1.0}]}";
+    NB_CHECK(nb_oai_parse(NB_OAI_CHAT, dup, strlen(dup), &r, &e) == 0);
+    if (r.messages_json) NB_CHECK_STR(r.messages_json, "[{\"role\":\"user\",\"content\":\"p\",\"content\":1.0}]");
+    nb_oai_request_free(&r);
+}
+
+static void test_json_span(void)
+{
+    const char *s = "{ \"a\\\"}\" : [1, \"]\", {\"b\":{}}] ,\"c\":-1.5e3,\"d\":true,\"a\\\"}\":null }";
+    size_t n = strlen(s), ks, ke, vs, ve;
+    nb_json_iter it;
+    NB_CHECK(nb_json_iter_begin(&it, s, n, 0) == 0);
+    const char *keys[] = {"\"a\\\"}\"", "\"c\"", "\"d\"", "\"a\\\"}\""};
+    const char *vals[] = {"[1, \"]\", {\"b\":{}}]", "-1.5e3", "true", "null"};
+    for (int i = 0; i < 4; i++) {
+        NB_CHECK(nb_json_iter_next(&it, &ks, &ke, &vs, &ve) == 1);
+        NB_CHECK(ke - ks == strlen(keys[i]) && !memcmp(s + ks, keys[i], ke - ks));
+        NB_CHECK(ve - vs == strlen(vals[i]) && !memcmp(s + vs, vals[i], ve - vs));
+    }
+    NB_CHECK(nb_json_iter_next(&it, &ks, &ke, &vs, &ve) == 0);
+    NB_CHECK(nb_json_iter_begin(&it, s, n, 1) == -1);
+    const char *bad[] = {"[1 2]", "[\"x", "{\"a\" 1}", "[1,", "{1:2}", "[tru]"};
+    for (size_t i = 0; i < NB_ARRAY_LEN(bad); i++) {
+        NB_CHECK(nb_json_iter_begin(&it, bad[i], strlen(bad[i]), 0) == 0);
+        int rc;
+        while ((rc = nb_json_iter_next(&it, &ks, &ke, &vs, &ve)) == 1) {}
+        NB_CHECK(rc == -1);
+    }
+}
+
 static const nb_test tests[] = {
     {"completions_ok", test_completions_ok}, {"chat_ok", test_chat_ok},           {"rejections", test_rejections},
     {"utf8", test_utf8},                     {"reasoning_text", test_reasoning_text}, {"reasoning_ids", test_reasoning_ids},
-    {"metrics_render", test_metrics_render},
+    {"metrics_render", test_metrics_render}, {"chat_raw_json", test_chat_raw_json}, {"json_span", test_json_span},
 };
 
 int main(int argc, char **argv) { return nb_test_main(tests, NB_ARRAY_LEN(tests), argc, argv); }
