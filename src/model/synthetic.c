@@ -8,12 +8,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/error.h"
 #include "base/json.h"
 #include "base/log.h"
 #include "format/numerics.h"
-#include "format/nvfp4.h"
+#include "model/synthetic_fill.h"
 
 /* ------------------------------------------------------------------ built-in configs */
 
@@ -240,184 +241,159 @@ nb_status nb_synthetic_config_json(const char *spec, char **json)
 
 /* ------------------------------------------------------------------ weights */
 
+/* Generation is planned first (every tensor's name, shape and stream), then the buffers are
+ * allocated, filled by all cores (synthetic_fill.h: each byte a function of seed, name and
+ * index only) and handed to the checkpoint in plan order. */
+typedef struct nb_plan_t {
+    char name[128];
+    nb_dtype dt;
+    int ndim;
+    int64_t shape[2];
+    nb_synth_job job;
+} nb_plan_t;
+
 typedef struct nb_gen {
-    nb_checkpoint *ck;
     const nb_model_config *c;
     nb_synth_opts o;
-    float *scratch;
-    size_t scratch_n;
+    nb_plan_t *t;
+    size_t n, cap;
+    int oom;
 } nb_gen;
 
-static uint64_t nb_hash_str(const char *s)
+static void nb_plan(nb_gen *g, const char *name, nb_dtype dt, int ndim, int64_t d0, int64_t d1, nb_synth_fill kind,
+                    float value, const char *key_name)
 {
-    uint64_t h = 1469598103934665603ULL;
-    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ULL;
-    return h;
-}
-
-static uint64_t nb_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
-/* n normal(0, std) floats, a stream determined by (seed, tensor name). */
-static void nb_fill_normal(float *w, size_t n, double std, uint64_t seed, const char *name)
-{
-    uint64_t s = seed * 0xD6E8FEB86659FD93ULL ^ nb_hash_str(name);
-    for (size_t i = 0; i < n; i += 2) {
-        double u1 = ((double)(nb_next(&s) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-        double u2 = (double)(nb_next(&s) >> 11) * (1.0 / 9007199254740992.0);
-        double r = sqrt(-2.0 * log(u1)) * std;
-        w[i] = (float)(r * cos(2 * M_PI * u2));
-        if (i + 1 < n) w[i + 1] = (float)(r * sin(2 * M_PI * u2));
+    if (g->oom) return;
+    if (g->n == g->cap) {
+        size_t cap = g->cap ? g->cap * 2 : 256;
+        nb_plan_t *t = realloc(g->t, cap * sizeof *t);
+        if (!t) {
+            g->oom = 1;
+            return;
+        }
+        g->t = t;
+        g->cap = cap;
     }
-}
-
-static float *nb_gen_scratch(nb_gen *g, size_t n)
-{
-    if (n > g->scratch_n) {
-        free(g->scratch);
-        g->scratch = malloc(n * sizeof *g->scratch);
-        g->scratch_n = g->scratch ? n : 0;
-    }
-    return g->scratch;
-}
-
-static nb_status nb_add_bf16(nb_gen *g, const char *name, int ndim, const int64_t *shape, const float *w)
-{
-    size_t n = 1;
-    for (int i = 0; i < ndim; i++) n *= (size_t)shape[i];
-    nb_bf16 *b = malloc(n * sizeof *b);
-    if (!b) return nb_error(NB_ERR_OUT_OF_MEMORY, "synthetic: tensor '%s' (%zu values)", name, n);
-    for (size_t i = 0; i < n; i++) b[i] = nb_f32_to_bf16(w[i]);
-    return nb_checkpoint_add(g->ck, name, NB_DTYPE_BF16, ndim, shape, b);
+    nb_plan_t *t = &g->t[g->n++];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->dt = dt;
+    t->ndim = ndim;
+    t->shape[0] = d0;
+    t->shape[1] = d1;
+    t->job.kind = kind;
+    t->job.value = value;
+    t->job.key = nb_synth_key(g->o.seed, key_name ? key_name : name);
+    t->job.n = (size_t)(ndim == 0 ? 1 : ndim == 1 ? d0 : d0 * d1);
 }
 
 /* prefix.weight [n, k]: BF16, or NVFP4 (weight, weight_scale, weight_scale_2) when asked. */
-static nb_status nb_add_linear(nb_gen *g, const char *prefix, int64_t n, int64_t k, int quant)
+static void nb_add_linear(nb_gen *g, const char *prefix, int64_t n, int64_t k, int quant)
 {
-    char name[256];
+    char name[128], key[140];
     snprintf(name, sizeof name, "%s.weight", prefix);
-    float *w = nb_gen_scratch(g, (size_t)(n * k));
-    if (!w) return nb_error(NB_ERR_OUT_OF_MEMORY, "synthetic: tensor '%s'", name);
-    nb_fill_normal(w, (size_t)(n * k), g->o.init_std, g->o.seed, name);
-    int64_t shape[2] = {n, k};
-    if (!quant) return nb_add_bf16(g, name, 2, shape, w);
-    uint8_t *packed = malloc((size_t)(n * k / 2)), *scales = malloc((size_t)(n * k / 16));
-    float *gs = malloc(sizeof *gs);
-    if (!packed || !scales || !gs) {
-        free(packed);
-        free(scales);
-        free(gs);
-        return nb_error(NB_ERR_OUT_OF_MEMORY, "synthetic: NVFP4 tensor '%s'", name);
+    if (!quant) {
+        nb_plan(g, name, NB_DTYPE_BF16, 2, n, k, NB_SYNTH_NORMAL_BF16, (float)g->o.init_std, NULL);
+        return;
     }
-    nb_status st = nb_nvfp4_quantize(name, w, n, k, 0, packed, scales, gs);
-    if (st != NB_OK) {
-        free(packed);
-        free(scales);
-        free(gs);
-        return st;
-    }
-    int64_t ps[2] = {n, k / 2}, ss[2] = {n, k / 16};
-    NB_TRY(nb_checkpoint_add(g->ck, name, NB_DTYPE_U8, 2, ps, packed));
+    nb_plan(g, name, NB_DTYPE_U8, 2, n, k / 2, NB_SYNTH_NVFP4_CODES, 0, NULL);
+    snprintf(key, sizeof key, "%s/scale", name);
     snprintf(name, sizeof name, "%s.weight_scale", prefix);
-    NB_TRY(nb_checkpoint_add(g->ck, name, NB_DTYPE_F8_E4M3, 2, ss, scales));
+    nb_plan(g, name, NB_DTYPE_F8_E4M3, 2, n, k / 16, NB_SYNTH_NVFP4_SCALES, 0, key);
     snprintf(name, sizeof name, "%s.weight_scale_2", prefix);
-    return nb_checkpoint_add(g->ck, name, NB_DTYPE_F32, 0, NULL, gs);
+    nb_plan(g, name, NB_DTYPE_F32, 0, 0, 0, NB_SYNTH_CONST_F32, nb_synth_nvfp4_global_scale(g->o.init_std), NULL);
 }
 
 /* A vector of n copies of v (norm weights 1, biases 0), F32. */
-static nb_status nb_add_const(nb_gen *g, const char *name, int64_t n, float v)
+static void nb_add_const(nb_gen *g, const char *name, int64_t n, float v)
 {
-    float *d = malloc((size_t)n * sizeof *d);
-    if (!d) return nb_error(NB_ERR_OUT_OF_MEMORY, "synthetic: tensor '%s'", name);
-    for (int64_t i = 0; i < n; i++) d[i] = v;
-    return nb_checkpoint_add(g->ck, name, NB_DTYPE_F32, 1, &n, d);
+    nb_plan(g, name, NB_DTYPE_F32, 1, n, 0, NB_SYNTH_CONST_F32, v, NULL);
 }
 
 /* A small random bias vector (F32), so biases are exercised. */
-static nb_status nb_add_bias(nb_gen *g, const char *name, int64_t n)
+static void nb_add_bias(nb_gen *g, const char *name, int64_t n)
 {
-    float *d = malloc((size_t)n * sizeof *d);
-    if (!d) return nb_error(NB_ERR_OUT_OF_MEMORY, "synthetic: tensor '%s'", name);
-    nb_fill_normal(d, (size_t)n, g->o.init_std, g->o.seed, name);
-    return nb_checkpoint_add(g->ck, name, NB_DTYPE_F32, 1, &n, d);
+    nb_plan(g, name, NB_DTYPE_F32, 1, n, 0, NB_SYNTH_NORMAL_F32, (float)g->o.init_std, NULL);
+}
+
+static double nb_synth_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 #define NB_P(...) (snprintf(p, sizeof p, __VA_ARGS__), p)
 
-static nb_status nb_gen_layer(nb_gen *g, int l)
+static void nb_gen_layer(nb_gen *g, int l)
 {
     const nb_model_config *c = g->c;
     const int64_t H = c->hidden_size, nh = c->num_heads;
     char p[256];
-    NB_TRY(nb_add_const(g, NB_P("model.layers.%d.input_layernorm.weight", l), H, 1.0f));
-    NB_TRY(nb_add_const(g, NB_P("model.layers.%d.post_attention_layernorm.weight", l), H, 1.0f));
+    nb_add_const(g, NB_P("model.layers.%d.input_layernorm.weight", l), H, 1.0f);
+    nb_add_const(g, NB_P("model.layers.%d.post_attention_layernorm.weight", l), H, 1.0f);
     if (c->attn == NB_ATTN_MLA) {
         int64_t qk = c->qk_nope_head_dim + c->qk_rope_head_dim;
         if (c->q_lora_rank > 0) {
-            NB_TRY(nb_add_linear(g, NB_P("model.layers.%d.self_attn.q_a_proj", l), c->q_lora_rank, H, 0));
-            NB_TRY(nb_add_const(g, NB_P("model.layers.%d.self_attn.q_a_layernorm.weight", l), c->q_lora_rank, 1.0f));
-            NB_TRY(nb_add_linear(g, NB_P("model.layers.%d.self_attn.q_b_proj", l), nh * qk, c->q_lora_rank, 0));
+            nb_add_linear(g, NB_P("model.layers.%d.self_attn.q_a_proj", l), c->q_lora_rank, H, 0);
+            nb_add_const(g, NB_P("model.layers.%d.self_attn.q_a_layernorm.weight", l), c->q_lora_rank, 1.0f);
+            nb_add_linear(g, NB_P("model.layers.%d.self_attn.q_b_proj", l), nh * qk, c->q_lora_rank, 0);
         } else {
-            NB_TRY(nb_add_linear(g, NB_P("model.layers.%d.self_attn.q_proj", l), nh * qk, H, 0));
+            nb_add_linear(g, NB_P("model.layers.%d.self_attn.q_proj", l), nh * qk, H, 0);
         }
-        NB_TRY(nb_add_linear(g, NB_P("model.layers.%d.self_attn.kv_a_proj_with_mqa", l),
-                             c->kv_lora_rank + c->qk_rope_head_dim, H, 0));
-        NB_TRY(nb_add_const(g, NB_P("model.layers.%d.self_attn.kv_a_layernorm.weight", l), c->kv_lora_rank, 1.0f));
-        NB_TRY(nb_add_linear(g, NB_P("model.layers.%d.self_attn.kv_b_proj", l),
-                             nh * (c->qk_nope_head_dim + c->v_head_dim), c->kv_lora_rank, 0));
-        NB_TRY(nb_add_linear(g, NB_P("model.layers.%d.self_attn.o_proj", l), H, nh * c->v_head_dim, 0));
+        nb_add_linear(g, NB_P("model.layers.%d.self_attn.kv_a_proj_with_mqa", l),
+                             c->kv_lora_rank + c->qk_rope_head_dim, H, 0);
+        nb_add_const(g, NB_P("model.layers.%d.self_attn.kv_a_layernorm.weight", l), c->kv_lora_rank, 1.0f);
+        nb_add_linear(g, NB_P("model.layers.%d.self_attn.kv_b_proj", l),
+                             nh * (c->qk_nope_head_dim + c->v_head_dim), c->kv_lora_rank, 0);
+        nb_add_linear(g, NB_P("model.layers.%d.self_attn.o_proj", l), H, nh * c->v_head_dim, 0);
         if (c->arch == NB_ARCH_GLM_MOE_DSA && c->layer_has_indexer[l]) {
             int64_t ih = c->index_n_heads, id = c->index_head_dim;
-            NB_TRY(nb_add_linear(g, NB_P("model.layers.%d.self_attn.indexer.wq_b", l), ih * id, c->q_lora_rank, 0));
-            NB_TRY(nb_add_linear(g, NB_P("model.layers.%d.self_attn.indexer.wk", l), id, H, 0));
-            NB_TRY(nb_add_const(g, NB_P("model.layers.%d.self_attn.indexer.k_norm.weight", l), id, 1.0f));
-            NB_TRY(nb_add_const(g, NB_P("model.layers.%d.self_attn.indexer.k_norm.bias", l), id, 0.0f));
-            NB_TRY(nb_add_linear(g, NB_P("model.layers.%d.self_attn.indexer.weights_proj", l), ih, H, 0));
+            nb_add_linear(g, NB_P("model.layers.%d.self_attn.indexer.wq_b", l), ih * id, c->q_lora_rank, 0);
+            nb_add_linear(g, NB_P("model.layers.%d.self_attn.indexer.wk", l), id, H, 0);
+            nb_add_const(g, NB_P("model.layers.%d.self_attn.indexer.k_norm.weight", l), id, 1.0f);
+            nb_add_const(g, NB_P("model.layers.%d.self_attn.indexer.k_norm.bias", l), id, 0.0f);
+            nb_add_linear(g, NB_P("model.layers.%d.self_attn.indexer.weights_proj", l), ih, H, 0);
         }
     } else {
         int64_t hd = c->head_dim, kvh = c->num_kv_heads;
-        NB_TRY(nb_add_linear(g, NB_P("model.layers.%d.self_attn.q_proj", l), nh * hd, H, 0));
-        NB_TRY(nb_add_linear(g, NB_P("model.layers.%d.self_attn.k_proj", l), kvh * hd, H, 0));
-        NB_TRY(nb_add_linear(g, NB_P("model.layers.%d.self_attn.v_proj", l), kvh * hd, H, 0));
-        NB_TRY(nb_add_linear(g, NB_P("model.layers.%d.self_attn.o_proj", l), H, nh * hd, 0));
+        nb_add_linear(g, NB_P("model.layers.%d.self_attn.q_proj", l), nh * hd, H, 0);
+        nb_add_linear(g, NB_P("model.layers.%d.self_attn.k_proj", l), kvh * hd, H, 0);
+        nb_add_linear(g, NB_P("model.layers.%d.self_attn.v_proj", l), kvh * hd, H, 0);
+        nb_add_linear(g, NB_P("model.layers.%d.self_attn.o_proj", l), H, nh * hd, 0);
         if (c->attention_bias) {
-            NB_TRY(nb_add_bias(g, NB_P("model.layers.%d.self_attn.q_proj.bias", l), nh * hd));
-            NB_TRY(nb_add_bias(g, NB_P("model.layers.%d.self_attn.k_proj.bias", l), kvh * hd));
-            NB_TRY(nb_add_bias(g, NB_P("model.layers.%d.self_attn.v_proj.bias", l), kvh * hd));
+            nb_add_bias(g, NB_P("model.layers.%d.self_attn.q_proj.bias", l), nh * hd);
+            nb_add_bias(g, NB_P("model.layers.%d.self_attn.k_proj.bias", l), kvh * hd);
+            nb_add_bias(g, NB_P("model.layers.%d.self_attn.v_proj.bias", l), kvh * hd);
         }
         if (c->qk_norm) {
-            NB_TRY(nb_add_const(g, NB_P("model.layers.%d.self_attn.q_norm.weight", l), hd, 1.0f));
-            NB_TRY(nb_add_const(g, NB_P("model.layers.%d.self_attn.k_norm.weight", l), hd, 1.0f));
+            nb_add_const(g, NB_P("model.layers.%d.self_attn.q_norm.weight", l), hd, 1.0f);
+            nb_add_const(g, NB_P("model.layers.%d.self_attn.k_norm.weight", l), hd, 1.0f);
         }
     }
     if (!c->layer_is_moe[l]) {
         int64_t I = c->intermediate_size;
-        NB_TRY(nb_add_linear(g, NB_P("model.layers.%d.mlp.gate_proj", l), I, H, 0));
-        NB_TRY(nb_add_linear(g, NB_P("model.layers.%d.mlp.up_proj", l), I, H, 0));
-        return nb_add_linear(g, NB_P("model.layers.%d.mlp.down_proj", l), H, I, 0);
+        nb_add_linear(g, NB_P("model.layers.%d.mlp.gate_proj", l), I, H, 0);
+        nb_add_linear(g, NB_P("model.layers.%d.mlp.up_proj", l), I, H, 0);
+        nb_add_linear(g, NB_P("model.layers.%d.mlp.down_proj", l), H, I, 0);
+        return;
     }
     int64_t E = c->n_routed_experts, I = c->moe_intermediate_size;
-    NB_TRY(nb_add_linear(g, NB_P("model.layers.%d.mlp.gate", l), E, H, 0));
+    nb_add_linear(g, NB_P("model.layers.%d.mlp.gate", l), E, H, 0);
     if (c->topk_method == NB_TOPK_NOAUX_TC || c->has_score_correction_bias)
-        NB_TRY(nb_add_const(g, NB_P("model.layers.%d.mlp.gate.e_score_correction_bias", l), E, 0.0f));
+        nb_add_const(g, NB_P("model.layers.%d.mlp.gate.e_score_correction_bias", l), E, 0.0f);
     for (int64_t e = 0; e < E; e++) {
-        NB_TRY(nb_add_linear(g, NB_P("model.layers.%d.mlp.experts.%lld.gate_proj", l, (long long)e), I, H, g->o.nvfp4));
-        NB_TRY(nb_add_linear(g, NB_P("model.layers.%d.mlp.experts.%lld.up_proj", l, (long long)e), I, H, g->o.nvfp4));
-        NB_TRY(nb_add_linear(g, NB_P("model.layers.%d.mlp.experts.%lld.down_proj", l, (long long)e), H, I, g->o.nvfp4));
+        nb_add_linear(g, NB_P("model.layers.%d.mlp.experts.%lld.gate_proj", l, (long long)e), I, H, g->o.nvfp4);
+        nb_add_linear(g, NB_P("model.layers.%d.mlp.experts.%lld.up_proj", l, (long long)e), I, H, g->o.nvfp4);
+        nb_add_linear(g, NB_P("model.layers.%d.mlp.experts.%lld.down_proj", l, (long long)e), H, I, g->o.nvfp4);
     }
     if (c->arch != NB_ARCH_QWEN3_MOE && c->n_shared_experts > 0) {
         int64_t si = c->shared_intermediate_size > 0 ? c->shared_intermediate_size
                                                      : (int64_t)c->moe_intermediate_size * c->n_shared_experts;
-        NB_TRY(nb_add_linear(g, NB_P("model.layers.%d.mlp.shared_experts.gate_proj", l), si, H, 0));
-        NB_TRY(nb_add_linear(g, NB_P("model.layers.%d.mlp.shared_experts.up_proj", l), si, H, 0));
-        NB_TRY(nb_add_linear(g, NB_P("model.layers.%d.mlp.shared_experts.down_proj", l), H, si, 0));
+        nb_add_linear(g, NB_P("model.layers.%d.mlp.shared_experts.gate_proj", l), si, H, 0);
+        nb_add_linear(g, NB_P("model.layers.%d.mlp.shared_experts.up_proj", l), si, H, 0);
+        nb_add_linear(g, NB_P("model.layers.%d.mlp.shared_experts.down_proj", l), H, si, 0);
     }
-    return NB_OK;
 }
 
 double nb_synthetic_weight_bytes(const nb_model_config *c)
@@ -432,7 +408,53 @@ double nb_synthetic_weight_bytes(const nb_model_config *c)
     return total;
 }
 
-nb_status nb_synthetic_build(const char *spec, nb_model_config *cfg, nb_checkpoint **ck)
+static nb_status nb_build(nb_gen *g, const char *spec, nb_model_config *cfg, int threads, size_t chunk,
+                          nb_checkpoint **ck)
+{
+    const int64_t V = cfg->vocab_size, H = cfg->hidden_size;
+    if (g->o.nvfp4 && (H % 16 || cfg->moe_intermediate_size % 16))
+        return nb_error(NB_ERR_INVALID_ARG, "model '%s': NVFP4 experts need hidden_size (%d) and "
+                        "moe_intermediate_size (%d) to be multiples of 16", spec, cfg->hidden_size,
+                        cfg->moe_intermediate_size);
+    nb_add_linear(g, "model.embed_tokens", V, H, 0);
+    nb_add_const(g, "model.norm.weight", H, 1.0f);
+    if (!cfg->tie_word_embeddings) nb_add_linear(g, "lm_head", V, H, 0);
+    for (int l = 0; l < cfg->num_layers; l++) nb_gen_layer(g, l);
+    if (g->oom) return nb_error(NB_ERR_OUT_OF_MEMORY, "synthetic: the tensor list");
+    size_t i = 0;
+    for (; i < g->n; i++) {
+        nb_plan_t *t = &g->t[i];
+        t->job.data = malloc(t->job.n * nb_dtype_size(t->dt));
+        if (!t->job.data) break;
+    }
+    if (i < g->n) {
+        nb_status st = nb_error(NB_ERR_OUT_OF_MEMORY, "synthetic: tensor '%s' (%zu values)", g->t[i].name, g->t[i].job.n);
+        for (size_t k = 0; k < i; k++) free(g->t[k].job.data);
+        return st;
+    }
+    nb_synth_job *jobs = malloc(g->n * sizeof *jobs);
+    if (!jobs) {
+        for (size_t k = 0; k < g->n; k++) free(g->t[k].job.data);
+        return nb_error(NB_ERR_OUT_OF_MEMORY, "synthetic: the job list");
+    }
+    for (size_t k = 0; k < g->n; k++) jobs[k] = g->t[k].job;
+    nb_synth_fill_all(jobs, g->n, threads, chunk);
+    free(jobs);
+    nb_status st = nb_checkpoint_new_memory(ck, NULL);
+    for (size_t k = 0; k < g->n; k++) {
+        nb_plan_t *t = &g->t[k];
+        if (st != NB_OK) free(t->job.data);
+        else st = nb_checkpoint_add(*ck, t->name, t->dt, t->ndim, t->shape, t->job.data); /* owns data either way */
+    }
+    if (st != NB_OK) {
+        nb_checkpoint_close(*ck);
+        *ck = NULL;
+    }
+    return st;
+}
+
+nb_status nb_synthetic_build_threads(const char *spec, int threads, size_t chunk, nb_model_config *cfg,
+                                     nb_checkpoint **ck)
 {
     *ck = NULL;
     char *json = NULL;
@@ -442,25 +464,22 @@ nb_status nb_synthetic_build(const char *spec, nb_model_config *cfg, nb_checkpoi
     free(json);
     if (st != NB_OK) return st;
     nb_gen g = {.c = cfg, .o = o};
-    st = nb_checkpoint_new_memory(&g.ck, NULL);
+    double t0 = nb_synth_now();
+    st = nb_build(&g, spec, cfg, threads, chunk, ck);
+    free(g.t);
     if (st != NB_OK) {
-        nb_model_config_free(cfg);
-        return st;
-    }
-    const int64_t V = cfg->vocab_size, H = cfg->hidden_size;
-    st = nb_add_linear(&g, "model.embed_tokens", V, H, 0);
-    if (st == NB_OK) st = nb_add_const(&g, "model.norm.weight", H, 1.0f);
-    if (st == NB_OK && !cfg->tie_word_embeddings) st = nb_add_linear(&g, "lm_head", V, H, 0);
-    for (int l = 0; l < cfg->num_layers && st == NB_OK; l++) st = nb_gen_layer(&g, l);
-    free(g.scratch);
-    if (st != NB_OK) {
-        nb_checkpoint_close(g.ck);
         nb_model_config_free(cfg);
         return nb_error_wrap(st, "synthetic model %s", spec);
     }
-    NB_LOG_INFO("model", "%s: %s, %d layers, hidden %d, %d experts, vocab %d, %.2f GiB of random weights%s", spec,
-                nb_arch_name(cfg->arch), cfg->num_layers, cfg->hidden_size, cfg->n_routed_experts, cfg->vocab_size,
-                nb_synthetic_weight_bytes(cfg) / 1073741824.0, o.nvfp4 ? " (NVFP4 experts)" : "");
-    *ck = g.ck;
+    NB_LOG_INFO("model", "%s: %s, %d layers, hidden %d, %d experts, vocab %d, %.2f GiB of random weights%s in %.2f s "
+                "(%d threads)", spec, nb_arch_name(cfg->arch), cfg->num_layers, cfg->hidden_size,
+                cfg->n_routed_experts, cfg->vocab_size, nb_synthetic_weight_bytes(cfg) / 1073741824.0,
+                o.nvfp4 ? " (NVFP4 experts)" : "", nb_synth_now() - t0,
+                threads > 0 ? threads : nb_synth_default_threads());
     return NB_OK;
+}
+
+nb_status nb_synthetic_build(const char *spec, nb_model_config *cfg, nb_checkpoint **ck)
+{
+    return nb_synthetic_build_threads(spec, 0, 0, cfg, ck);
 }

@@ -7,9 +7,13 @@
  * Keys override config.json fields (num_hidden_layers=8, hidden_size=1024; integers,
  * floats, true/false, null or strings), except three that steer the generator:
  *   seed=N        weights seed (default 0; same spec + seed = same bytes)
- *   experts=bf16|nvfp4   routed experts' storage (default bf16); nvfp4 quantizes them with
- *                 ModelOpt's recipe (format/nvfp4.h) and declares quantization_config
+ *   experts=bf16|nvfp4   routed experts' storage (default bf16); nvfp4 draws them directly
+ *                 as ModelOpt-layout NVFP4 (random E2M1 codes shaped like a quantized
+ *                 Gaussian, random E4M3 block scales, one weight_scale_2; no BF16 pass)
+ *                 and declares quantization_config
  *   init_std=X    standard deviation of linear weights (default 0.02); norms are 1
+ * Weights are counter-based random streams of (seed, tensor name, element index) filled by
+ * every core (synthetic_fill.h), so the bytes never depend on the thread count.
  * The weights go into an in-memory checkpoint under their HF names, so the normal loader
  * (nb_model_from_checkpoint) binds them exactly as it binds a folder.
  * Tests: tests/engine/test_synthetic.c; try: nibble generate --model synthetic:glm5-tiny. */
@@ -30,8 +34,14 @@ int nb_synthetic_is(const char *spec);
 nb_status nb_synthetic_config_json(const char *spec, char **json);
 
 /* Parse the spec's config and fill an in-memory checkpoint with random weights. On
- * success the caller owns *ck (nb_checkpoint_close) and cfg (nb_model_config_free). */
+ * success the caller owns *ck (nb_checkpoint_close) and cfg (nb_model_config_free). Uses
+ * every online core. */
 nb_status nb_synthetic_build(const char *spec, nb_model_config *cfg, nb_checkpoint **ck);
+
+/* The same with `threads` filling threads (<= 0: every online core) and chunks of `chunk`
+ * elements per work item (0: the default); the bytes are identical for any choice. */
+nb_status nb_synthetic_build_threads(const char *spec, int threads, size_t chunk, nb_model_config *cfg,
+                                     nb_checkpoint **ck);
 
 /* Bytes the weights of a config take (BF16, or NVFP4 routed experts when quantized): to
  * refuse a spec that cannot fit before generating it. */
