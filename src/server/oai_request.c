@@ -564,7 +564,9 @@ int nb_oai_parse(nb_oai_kind kind, const char *body, size_t len, nb_oai_request 
         nb_oai_set_error(err, 400, NB_INVALID, "", "invalid_encoding", "request body is not valid UTF-8");
         return -1;
     }
-    cJSON *j = cJSON_ParseWithLength(body, len);
+    /* A raw NUL is JSON nowhere (U+0000 is written \u0000); cJSON would cut a string there,
+     * while the chat template reads the raw text, so refuse it here for everyone. */
+    cJSON *j = memchr(body, 0, len) ? NULL : cJSON_ParseWithLength(body, len);
     if (!j) {
         nb_oai_set_error(err, 400, NB_INVALID, "", "invalid_json", "request body is not valid JSON");
         return -1;

@@ -301,6 +301,18 @@ static void test_chat_raw_json(void)
     nb_oai_request_free(&r);
 }
 
+static void test_nul_byte(void)
+{
+    const char b[] = "{\"messages\":[{\"role\":\"user\0x\",\"content\":\"x\"}]}";
+    nb_oai_request r;
+    nb_oai_error e = {0};
+    NB_CHECK(nb_oai_parse(NB_OAI_CHAT, b, sizeof b - 1, &r, &e) == -1 && e.http == 400 && !strcmp(e.code, "invalid_json"));
+    const char ok[] = "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000b\"}]}";
+    NB_CHECK(nb_oai_parse(NB_OAI_CHAT, ok, sizeof ok - 1, &r, &e) == 0);
+    if (r.messages_json) NB_CHECK(strstr(r.messages_json, "a\\u0000b") != NULL);
+    nb_oai_request_free(&r);
+}
+
 static void test_json_span(void)
 {
     const char *s = "{ \"a\\\"}\" : [1, \"]\", {\"b\":{}}] ,\"c\":-1.5e3,\"d\":true,\"a\\\"}\":null }";
@@ -329,6 +341,7 @@ static const nb_test tests[] = {
     {"completions_ok", test_completions_ok}, {"chat_ok", test_chat_ok},           {"rejections", test_rejections},
     {"utf8", test_utf8},                     {"reasoning_text", test_reasoning_text}, {"reasoning_ids", test_reasoning_ids},
     {"metrics_render", test_metrics_render}, {"chat_raw_json", test_chat_raw_json}, {"json_span", test_json_span},
+    {"nul_byte", test_nul_byte},
 };
 
 int main(int argc, char **argv) { return nb_test_main(tests, NB_ARRAY_LEN(tests), argc, argv); }
