@@ -9,6 +9,7 @@
 #include "server/oai_request.h"
 #include "server/reasoning.h"
 #include "raw_json_check.h"
+#include "server/strbuf.h"
 #include "tokenizer/template/template.h"
 
 static int nb_bad(nb_oai_kind k, const char *body, int http, const char *param)
@@ -301,6 +302,135 @@ static void test_chat_raw_json(void)
     nb_oai_request_free(&r);
 }
 
+/* ---- random chat bodies: odd whitespace, number spellings, duplicate keys, escapes ---- */
+
+static uint64_t nb_rs = 0x9E3779B97F4A7C15ull;
+static unsigned nb_rnd(unsigned n)
+{
+    nb_rs ^= nb_rs << 13, nb_rs ^= nb_rs >> 7, nb_rs ^= nb_rs << 17;
+    return (unsigned)(nb_rs >> 11) % n;
+}
+static void nb_ws(nb_strbuf *b)
+{
+    static const char ws[] = " \t\n\r\x01\x1f";
+    for (unsigned i = nb_rnd(3); i > 0; i--) nb_sb_add(b, ws + nb_rnd(sizeof ws - 1), 1);
+}
+static void nb_pick(nb_strbuf *b, const char *const *set, unsigned n) { nb_sb_puts(b, set[nb_rnd(n)]); }
+static const char *const nb_nums[] = {"1.0", "-0.0", "1e100", "1E+5", "12345678901234567890", "0.10", "3", "-7.25e-3",
+                                      "9007199254740993", "2.50"};
+static const char *const nb_strs[] = {"\"a\"", "\"]}\\\"[\"", "\"\\u00e9\"", "\"{\"", "\"\"", "\"\\\\\"", "\"\xC3\xA9,:\""};
+static const char *const nb_keys[] = {"\"k\"", "\"k\"", "\"x\\\"}\"", "\"n\""};
+
+static void nb_rand_value(nb_strbuf *b, int depth)
+{
+    unsigned kind = nb_rnd(depth > 3 ? 4 : 6);
+    if (kind == 0) nb_pick(b, nb_nums, NB_ARRAY_LEN(nb_nums));
+    else if (kind == 1) nb_pick(b, nb_strs, NB_ARRAY_LEN(nb_strs));
+    else if (kind == 2) nb_sb_puts(b, nb_rnd(2) ? "true" : "null");
+    else if (kind == 3) nb_pick(b, nb_nums, NB_ARRAY_LEN(nb_nums));
+    else {
+        int obj = kind == 5;
+        nb_sb_puts(b, obj ? "{" : "[");
+        for (unsigned i = 0, n = nb_rnd(4); i < n; i++) {
+            if (i) nb_sb_puts(b, ",");
+            nb_ws(b);
+            if (obj) nb_pick(b, nb_keys, NB_ARRAY_LEN(nb_keys)), nb_ws(b), nb_sb_puts(b, ":"), nb_ws(b);
+            nb_rand_value(b, depth + 1);
+            nb_ws(b);
+        }
+        nb_sb_puts(b, obj ? "}" : "]");
+    }
+}
+
+/* One body; *parts: some content was a list of parts. Spans of messages/tools/kwargs in b. */
+static void nb_rand_body(nb_strbuf *b, int *parts, size_t span[3][2], int *think)
+{
+    *parts = 0, *think = -1;
+    memset(span, 0, sizeof(size_t[3][2]));
+    nb_sb_clear(b);
+    nb_ws(b);
+    nb_sb_puts(b, "{");
+    unsigned order = nb_rnd(6);
+    for (int f = 0; f < 5; f++) {
+        int which = (int)((f + order) % 5);
+        if (f) nb_sb_puts(b, ",");
+        nb_ws(b);
+        static const char *const names[] = {"\"messages\"", "\"tools\"", "\"chat_template_kwargs\"", "\"extra\"",
+                                            "\"enable_thinking\""};
+        nb_sb_puts(b, names[which]);
+        nb_ws(b), nb_sb_puts(b, ":"), nb_ws(b);
+        size_t at = b->len;
+        if (which == 0) {
+            nb_sb_puts(b, "[");
+            for (unsigned i = 0, n = 1 + nb_rnd(3); i < n; i++) {
+                nb_sb_puts(b, i ? ",{" : "{");
+                for (unsigned k = 0, m = nb_rnd(3); k < m; k++) nb_sb_puts(b, "\"k\":"), nb_rand_value(b, 1), nb_sb_puts(b, ",");
+                nb_sb_puts(b, "\"role\":\"user\",");
+                nb_ws(b);
+                nb_sb_puts(b, "\"content\"");
+                nb_ws(b), nb_sb_puts(b, ":"), nb_ws(b);
+                if (nb_rnd(2)) {
+                    *parts = 1;
+                    nb_sb_puts(b, "[{\"type\":\"text\",\"text\":");
+                    nb_pick(b, nb_strs, NB_ARRAY_LEN(nb_strs));
+                    nb_sb_puts(b, "}, {\"text\":\"b\", \"type\":\"text\", \"z\":1.0}]");
+                } else {
+                    nb_pick(b, nb_strs, NB_ARRAY_LEN(nb_strs));
+                }
+                if (nb_rnd(2)) nb_sb_puts(b, ",\"w\":"), nb_rand_value(b, 1);
+                nb_ws(b);
+                nb_sb_puts(b, "}");
+            }
+            nb_sb_puts(b, "]");
+        } else if (which == 1 || which == 2) {
+            nb_sb_puts(b, which == 1 ? "[" : "");
+            nb_sb_puts(b, "{\"k\":");
+            nb_rand_value(b, 1);
+            nb_sb_puts(b, which == 1 ? "}]" : "}");
+        } else if (which == 3) {
+            nb_rand_value(b, 0);
+        } else {
+            *think = (int)nb_rnd(2);
+            nb_sb_puts(b, *think ? "true" : "false");
+        }
+        if (which < 3) span[which][0] = at, span[which][1] = b->len;
+        nb_ws(b);
+    }
+    nb_sb_puts(b, "}");
+    nb_ws(b);
+}
+
+static void test_chat_raw_random(void)
+{
+    nb_strbuf b = {0};
+    size_t span[3][2];
+    int parts, think, accepted = 0;
+    for (int it = 0; it < 3000; it++) {
+        nb_rand_body(&b, &parts, span, &think);
+        nb_oai_request r;
+        nb_oai_error e = {0};
+        if (nb_oai_parse(NB_OAI_CHAT, b.p, b.len, &r, &e)) {
+            NB_CHECK_MSG(e.http == 400, "%d %s: %s", e.http, e.message, b.p); /* never a 5xx */
+            continue;
+        }
+        accepted++;
+        NB_CHECK_MSG(nb_raw_matches(&r), "%s", b.p);
+        /* Untouched values are the body's bytes exactly. */
+        if (!parts && r.messages_json)
+            NB_CHECK(strlen(r.messages_json) == span[0][1] - span[0][0] &&
+                     !memcmp(r.messages_json, b.p + span[0][0], span[0][1] - span[0][0]));
+        NB_CHECK(r.tools_json && strlen(r.tools_json) == span[1][1] - span[1][0] &&
+                 !memcmp(r.tools_json, b.p + span[1][0], span[1][1] - span[1][0]));
+        if (r.kwargs_json && !strstr(r.kwargs_json, "enable_thinking"))
+            NB_CHECK(strlen(r.kwargs_json) == span[2][1] - span[2][0] &&
+                     !memcmp(r.kwargs_json, b.p + span[2][0], span[2][1] - span[2][0]));
+        nb_oai_request_free(&r);
+    }
+    /* Only a number cJSON cannot read (none here) could refuse a body: all must pass. */
+    NB_CHECK_MSG(accepted == 3000, "accepted %d of 3000", accepted);
+    nb_sb_free(&b);
+}
+
 static void test_nul_byte(void)
 {
     const char b[] = "{\"messages\":[{\"role\":\"user\0x\",\"content\":\"x\"}]}";
@@ -341,7 +471,7 @@ static const nb_test tests[] = {
     {"completions_ok", test_completions_ok}, {"chat_ok", test_chat_ok},           {"rejections", test_rejections},
     {"utf8", test_utf8},                     {"reasoning_text", test_reasoning_text}, {"reasoning_ids", test_reasoning_ids},
     {"metrics_render", test_metrics_render}, {"chat_raw_json", test_chat_raw_json}, {"json_span", test_json_span},
-    {"nul_byte", test_nul_byte},
+    {"nul_byte", test_nul_byte}, {"chat_raw_random", test_chat_raw_random},
 };
 
 int main(int argc, char **argv) { return nb_test_main(tests, NB_ARRAY_LEN(tests), argc, argv); }
