@@ -1,15 +1,15 @@
 /* Synthetic weights, element by element: a counter-based random stream per tensor and a
  * thread pool that fills many tensors at once. Every byte is a pure function of
  * (seed, tensor name, element index), so the result is the same for any thread count and
- * any chunking. Streams (key = nb_synth_key(seed, name); h(i) = splitmix64 finalizer of
- * key + (i + 1) * 0x9E3779B97F4A7C15):
+ * any chunking. Streams (key = splitmix64 finalizer of (seed * 0xD6E8FEB86659FD93 ^
+ * FNV-1a(name)); h(i) = splitmix64 finalizer of key + (i + 1) * 0x9E3779B97F4A7C15):
  *   normal   element i = std * (sum of the four 16-bit fields of h(i) - 131070) / 37837.2..
  *            (Irwin-Hall of 4 uniforms: mean 0, variance std^2, tails cut at 3.46 std;
- *            integer and one float multiply, so it is bit-exact on every IEEE platform)
+ *            integer sums and float arithmetic, no libm, so the same bits everywhere)
  *   NVFP4    packed code byte j = two codes from the 16-bit field j % 4 of h(j / 4), each from a
  *            256-entry table of E2M1(2.7 * z) at the 256 mid-quantiles z of N(0, 1) (low
  *            byte -> low nibble; roughly what ModelOpt's recipe makes of a Gaussian block);
- *            scale byte j = the E4M3 code 0x72 + (3-bit field of byte j % 8 of h'(j / 8)),
+ *            scale byte j = the E4M3 code 0x72 + (low 3 bits of byte j % 8 of h'(j / 8)),
  *            i.e. 160, 176, ..., 240, 256, 288, h' on the key of name + "/scale";
  *            weight_scale_2 = init_std / sqrt(E[e2m1^2] E[scale^2]) (the same for every
  *            tensor, so an expert's gate and up share it as fused serving wants)
