@@ -4,7 +4,6 @@
 #include "model/synthetic.h"
 
 #include <cjson/cJSON.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +12,6 @@
 #include "base/error.h"
 #include "base/json.h"
 #include "base/log.h"
-#include "format/numerics.h"
 #include "model/synthetic_fill.h"
 
 /* ------------------------------------------------------------------ built-in configs */
@@ -424,7 +422,7 @@ static nb_status nb_build(nb_gen *g, const char *spec, nb_model_config *cfg, int
     size_t i = 0;
     for (; i < g->n; i++) {
         nb_plan_t *t = &g->t[i];
-        t->job.data = malloc(t->job.n * nb_dtype_size(t->dt));
+        t->job.data = malloc(t->job.n * nb_dtype_size(t->dt) + !t->job.n); /* never malloc(0) */
         if (!t->job.data) break;
     }
     if (i < g->n) {
@@ -440,6 +438,7 @@ static nb_status nb_build(nb_gen *g, const char *spec, nb_model_config *cfg, int
     for (size_t k = 0; k < g->n; k++) jobs[k] = g->t[k].job;
     nb_synth_fill_all(jobs, g->n, threads, chunk);
     free(jobs);
+    *ck = NULL;
     nb_status st = nb_checkpoint_new_memory(ck, NULL);
     for (size_t k = 0; k < g->n; k++) {
         nb_plan_t *t = &g->t[k];
@@ -447,7 +446,7 @@ static nb_status nb_build(nb_gen *g, const char *spec, nb_model_config *cfg, int
         else st = nb_checkpoint_add(*ck, t->name, t->dt, t->ndim, t->shape, t->job.data); /* owns data either way */
     }
     if (st != NB_OK) {
-        nb_checkpoint_close(*ck);
+        if (*ck) nb_checkpoint_close(*ck);
         *ck = NULL;
     }
     return st;
