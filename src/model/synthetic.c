@@ -426,7 +426,8 @@ static nb_status nb_build(nb_gen *g, const char *spec, nb_model_config *cfg, int
         if (!t->job.data) break;
     }
     if (i < g->n) {
-        nb_status st = nb_error(NB_ERR_OUT_OF_MEMORY, "synthetic: tensor '%s' (%zu values)", g->t[i].name, g->t[i].job.n);
+        nb_status st =
+            nb_error(NB_ERR_OUT_OF_MEMORY, "synthetic: tensor '%s' (%zu values)", g->t[i].name, g->t[i].job.n);
         for (size_t k = 0; k < i; k++) free(g->t[k].job.data);
         return st;
     }
