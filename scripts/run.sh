@@ -9,9 +9,10 @@
 #   4. stop the server (SIGTERM, graceful).
 # Environment: NIBBLE_BIN (default build/nibble), RUN_DIR (default build/run),
 # RUN_MODEL overrides the model; RUN_CONCURRENCY / RUN_PROMPTS / RUN_INPUT / RUN_OUTPUT the sweep.
-# The GPU model keeps GLM-5's layer shapes but only 8 routed experts and a 16k vocab: synthetic
-# weights are generated on the host, single-threaded, and the full 256-expert layer set takes
-# minutes there (docs/cuda-backend.md).
+# The GPU model keeps GLM-5's layer shapes but only 8 routed experts and a 16k vocab: that is
+# the configuration the CUDA backend was benchmarked on (bench/RESULTS.md). Synthetic weights are
+# now generated on all host cores (a 4-layer 256-expert slice in 15-30 s on 2 cores), so the
+# full expert set is the next step once it has run on a GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${NIBBLE_BIN:-build/nibble}
