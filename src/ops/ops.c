@@ -248,21 +248,115 @@ nb_status nb_op_mlp(nb_ops_ctx *ctx, const nb_tensor *x, const nb_weight *gate, 
 {
     NB_DISPATCH("mlp", mlp(ctx, x, gate, up, down, accumulate, out));
 }
+/* ---- shape agreement, checked once here for every backend ------------------------------
+ * The backends check only what is theirs (dtype and device of each tensor, kernel limits);
+ * these checks need only the shapes, so they run before the dispatch. */
+
+static nb_status nb_need(const char *op, const char *param, const nb_tensor *t, int ndim)
+{
+    if (!t || !t->data) return nb_error(NB_ERR_INVALID_ARG, "%s: %s is NULL", op, param);
+    if (t->ndim != ndim) return nb_error(NB_ERR_INVALID_ARG, "%s: %s has %d dims, expected %d", op, param, t->ndim, ndim);
+    return NB_OK;
+}
+
+static nb_status nb_attention_shapes(const nb_tensor *q, const nb_tensor *k_pool, const nb_tensor *v_pool,
+                                     const nb_attn_index *idx, const nb_tensor *out)
+{
+    NB_TRY(nb_need("attention", "q", q, 3));
+    NB_TRY(nb_need("attention", "k_pool", k_pool, 3));
+    NB_TRY(nb_need("attention", "v_pool", v_pool, 3));
+    NB_TRY(nb_need("attention", "out", out, 3));
+    if (!idx) return nb_error(NB_ERR_INVALID_ARG, "attention: idx is NULL");
+    const int64_t T = q->shape[0], nh = q->shape[1], nkv = k_pool->shape[1];
+    if (T != idx->n_tokens || out->shape[0] != T || out->shape[1] != nh || nkv <= 0 || nh % nkv ||
+        v_pool->shape[1] != nkv || k_pool->shape[2] != q->shape[2] || out->shape[2] != v_pool->shape[2] ||
+        v_pool->shape[0] != k_pool->shape[0])
+        return nb_error(NB_ERR_INVALID_ARG,
+                        "attention: q [%lld, %lld, %lld], k_pool [%lld, %lld, %lld], v_pool [.., %lld, %lld], "
+                        "out [%lld, %lld, %lld], %d index tokens do not agree",
+                        (long long)T, (long long)nh, (long long)q->shape[2], (long long)k_pool->shape[0],
+                        (long long)nkv, (long long)k_pool->shape[2], (long long)v_pool->shape[1],
+                        (long long)v_pool->shape[2], (long long)out->shape[0], (long long)out->shape[1],
+                        (long long)out->shape[2], idx->n_tokens);
+    return NB_OK;
+}
+
+static nb_status nb_mla_shapes(const nb_mla_dims *d, const nb_tensor *q, const nb_tensor *latent_pool,
+                               const nb_tensor *kpe_pool, const nb_weight *kv_b, const nb_attn_index *idx,
+                               const nb_tensor *out)
+{
+    NB_TRY(nb_need("mla_attention", "q", q, 3));
+    NB_TRY(nb_need("mla_attention", "latent_pool", latent_pool, 2));
+    NB_TRY(nb_need("mla_attention", "kpe_pool", kpe_pool, 2));
+    NB_TRY(nb_need("mla_attention", "out", out, 3));
+    if (!d || !kv_b || !idx) return nb_error(NB_ERR_INVALID_ARG, "mla_attention: dims, kv_b or idx is NULL");
+    const int64_t T = q->shape[0];
+    const int hs = d->qk_nope + d->v_dim, r = d->kv_lora_rank;
+    if (T != idx->n_tokens || q->shape[1] != d->n_heads || q->shape[2] != d->qk_nope + d->qk_rope ||
+        latent_pool->shape[1] != r || kpe_pool->shape[1] != d->qk_rope || kpe_pool->shape[0] != latent_pool->shape[0] ||
+        kv_b->n != (int64_t)d->n_heads * hs || kv_b->k != r || out->shape[0] != T || out->shape[1] != d->n_heads ||
+        out->shape[2] != d->v_dim)
+        return nb_error(NB_ERR_INVALID_ARG,
+                        "mla_attention: shapes disagree with dims (heads %d, nope %d, rope %d, v %d, rank %d): "
+                        "q [%lld, %lld, %lld], latent [%lld, %lld], kpe [.., %lld], kv_b [%lld, %lld]",
+                        d->n_heads, d->qk_nope, d->qk_rope, d->v_dim, r, (long long)T, (long long)q->shape[1],
+                        (long long)q->shape[2], (long long)latent_pool->shape[0], (long long)latent_pool->shape[1],
+                        (long long)kpe_pool->shape[1], (long long)kv_b->n, (long long)kv_b->k);
+    return NB_OK;
+}
+
+static nb_status nb_dsa_shapes(const nb_tensor *q, const nb_tensor *w, const nb_tensor *key_pool,
+                               const nb_attn_index *idx, int topk)
+{
+    NB_TRY(nb_need("dsa_select", "q", q, 3));
+    NB_TRY(nb_need("dsa_select", "w", w, 2));
+    NB_TRY(nb_need("dsa_select", "key_pool", key_pool, 2));
+    if (!idx) return nb_error(NB_ERR_INVALID_ARG, "dsa_select: idx is NULL");
+    const int64_t T = q->shape[0];
+    if (T != idx->n_tokens || w->shape[0] != T || w->shape[1] != q->shape[1] || key_pool->shape[1] != q->shape[2])
+        return nb_error(NB_ERR_INVALID_ARG, "dsa_select: q [%lld, %lld, %lld], w [%lld, %lld], key_pool [.., %lld]",
+                        (long long)T, (long long)q->shape[1], (long long)q->shape[2], (long long)w->shape[0],
+                        (long long)w->shape[1], (long long)key_pool->shape[1]);
+    if (topk <= 0) return nb_error(NB_ERR_INVALID_ARG, "dsa_select: index_topk %d", topk);
+    return NB_OK;
+}
+
+static nb_status nb_moe_experts_shapes(const nb_tensor *x, const nb_tensor *ids, const nb_tensor *weights,
+                                       const nb_moe_weights *w, const nb_tensor *out)
+{
+    NB_TRY(nb_need("moe_experts", "x", x, 2));
+    NB_TRY(nb_need("moe_experts", "weights", weights, 2));
+    NB_TRY(nb_need("moe_experts", "out", out, 2));
+    if (!ids || ids->dtype != NB_DTYPE_I32 || ids->ndim != 2)
+        return nb_error(NB_ERR_INVALID_ARG, "moe_experts: ids must be I32 [T, k]");
+    if (!w) return nb_error(NB_ERR_INVALID_ARG, "moe_experts: weights descriptor is NULL");
+    const int64_t T = x->shape[0], H = w->hidden, K = ids->shape[1];
+    if (x->shape[1] != H || out->shape[0] != T || out->shape[1] != H || ids->shape[0] != T ||
+        weights->shape[0] != T || weights->shape[1] != K)
+        return nb_error(NB_ERR_INVALID_ARG, "moe_experts: x [%lld, %lld], ids [%lld, %lld], out [%lld, %lld], hidden %d",
+                        (long long)T, (long long)x->shape[1], (long long)ids->shape[0], (long long)K,
+                        (long long)out->shape[0], (long long)out->shape[1], w->hidden);
+    return NB_OK;
+}
+
 nb_status nb_op_attention(nb_ops_ctx *ctx, const nb_tensor *q, const nb_tensor *k_pool, const nb_tensor *v_pool,
                           const nb_attn_index *idx, const nb_attn_select *sel, float scale, nb_tensor *out)
 {
+    NB_TRY(nb_attention_shapes(q, k_pool, v_pool, idx, out));
     NB_DISPATCH("attention", attention(ctx, q, k_pool, v_pool, idx, sel, scale, out));
 }
 nb_status nb_op_mla_attention(nb_ops_ctx *ctx, nb_mla_mode mode, const nb_mla_dims *d, const nb_tensor *q,
                               const nb_tensor *latent_pool, const nb_tensor *kpe_pool, const nb_weight *kv_b,
                               const nb_attn_index *idx, const nb_attn_select *sel, float scale, nb_tensor *out)
 {
+    NB_TRY(nb_mla_shapes(d, q, latent_pool, kpe_pool, kv_b, idx, out));
     NB_DISPATCH("mla_attention", mla_attention(ctx, mode, d, q, latent_pool, kpe_pool, kv_b, idx, sel, scale, out));
 }
 nb_status nb_op_dsa_select(nb_ops_ctx *ctx, const nb_tensor *q, const nb_tensor *w, float softmax_scale,
                            const nb_tensor *key_pool, const nb_attn_index *idx, int topk, int32_t *sel_pos,
                            int32_t *sel_count)
 {
+    NB_TRY(nb_dsa_shapes(q, w, key_pool, idx, topk));
     NB_DISPATCH("dsa_select", dsa_select(ctx, q, w, softmax_scale, key_pool, idx, topk, sel_pos, sel_count));
 }
 nb_status nb_op_moe_route(nb_ops_ctx *ctx, const nb_tensor *logits, const nb_router_params *p, nb_tensor *ids,
@@ -273,5 +367,6 @@ nb_status nb_op_moe_route(nb_ops_ctx *ctx, const nb_tensor *logits, const nb_rou
 nb_status nb_op_moe_experts(nb_ops_ctx *ctx, const nb_tensor *x, const nb_tensor *ids, const nb_tensor *weights,
                             const nb_moe_weights *w, int accumulate, nb_tensor *out)
 {
+    NB_TRY(nb_moe_experts_shapes(x, ids, weights, w, out));
     NB_DISPATCH("moe_experts", moe_experts(ctx, x, ids, weights, w, accumulate, out));
 }

@@ -94,16 +94,6 @@ nb_status nb_cpu_attention(nb_ops_ctx *ctx, const nb_tensor *q, const nb_tensor 
     NB_TRY(nb_cpu_check_f32("attention", "v_pool", v_pool, 3));
     NB_TRY(nb_cpu_check_f32("attention", "out", out, 3));
     const int64_t T = q->shape[0], nh = q->shape[1], nkv = k_pool->shape[1];
-    if (T != idx->n_tokens || out->shape[0] != T || out->shape[1] != nh || nkv <= 0 || nh % nkv ||
-        v_pool->shape[1] != nkv || k_pool->shape[2] != q->shape[2] || out->shape[2] != v_pool->shape[2] ||
-        v_pool->shape[0] != k_pool->shape[0])
-        return nb_error(NB_ERR_INVALID_ARG,
-                        "attention: q [%lld, %lld, %lld], k_pool [%lld, %lld, %lld], v_pool [.., %lld, %lld], "
-                        "out [%lld, %lld, %lld], %d index tokens do not agree",
-                        (long long)T, (long long)nh, (long long)q->shape[2], (long long)k_pool->shape[0],
-                        (long long)nkv, (long long)k_pool->shape[2], (long long)v_pool->shape[1],
-                        (long long)v_pool->shape[2], (long long)out->shape[0], (long long)out->shape[1],
-                        (long long)out->shape[2], idx->n_tokens);
     int max_len;
     NB_TRY(nb_cpu_attn_check_index("attention", idx, sel, k_pool->shape[0], &max_len));
     float *scores = nb_ops_scratch(ctx, 1, (size_t)ctx->n_threads * (size_t)max_len * sizeof(float));

@@ -68,11 +68,6 @@ nb_status nb_cpu_dsa_select(nb_ops_ctx *ctx, const nb_tensor *q, const nb_tensor
     NB_TRY(nb_cpu_check_f32("dsa_select", "w", w, 2));
     NB_TRY(nb_cpu_check_f32("dsa_select", "key_pool", key_pool, 2));
     const int64_t T = q->shape[0];
-    if (T != idx->n_tokens || w->shape[0] != T || w->shape[1] != q->shape[1] || key_pool->shape[1] != q->shape[2])
-        return nb_error(NB_ERR_INVALID_ARG, "dsa_select: q [%lld, %lld, %lld], w [%lld, %lld], key_pool [.., %lld]",
-                        (long long)T, (long long)q->shape[1], (long long)q->shape[2], (long long)w->shape[0],
-                        (long long)w->shape[1], (long long)key_pool->shape[1]);
-    if (topk <= 0) return nb_error(NB_ERR_INVALID_ARG, "dsa_select: index_topk %d", topk);
     int max_len;
     NB_TRY(nb_cpu_attn_check_index("dsa_select", idx, NULL, key_pool->shape[0], &max_len));
     scored *scratch = nb_ops_scratch(ctx, 1, (size_t)ctx->n_threads * (size_t)max_len * sizeof(scored));

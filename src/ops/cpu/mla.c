@@ -121,17 +121,7 @@ nb_status nb_cpu_mla_attention(nb_ops_ctx *ctx, nb_mla_mode mode, const nb_mla_d
     NB_TRY(nb_cpu_check_f32("mla_attention", "out", out, 3));
     NB_TRY(nb_weight_check(kv_b, "mla_attention kv_b"));
     const int64_t T = q->shape[0];
-    const int hs = d->qk_nope + d->v_dim, r = d->kv_lora_rank;
-    if (T != idx->n_tokens || q->shape[1] != d->n_heads || q->shape[2] != d->qk_nope + d->qk_rope ||
-        latent_pool->shape[1] != r || kpe_pool->shape[1] != d->qk_rope || kpe_pool->shape[0] != latent_pool->shape[0] ||
-        kv_b->n != (int64_t)d->n_heads * hs || kv_b->k != r || out->shape[0] != T || out->shape[1] != d->n_heads ||
-        out->shape[2] != d->v_dim)
-        return nb_error(NB_ERR_INVALID_ARG,
-                        "mla_attention: shapes disagree with dims (heads %d, nope %d, rope %d, v %d, rank %d): "
-                        "q [%lld, %lld, %lld], latent [%lld, %lld], kpe [.., %lld], kv_b [%lld, %lld]",
-                        d->n_heads, d->qk_nope, d->qk_rope, d->v_dim, r, (long long)T, (long long)q->shape[1],
-                        (long long)q->shape[2], (long long)latent_pool->shape[0], (long long)latent_pool->shape[1],
-                        (long long)kpe_pool->shape[1], (long long)kv_b->n, (long long)kv_b->k);
+    const int r = d->kv_lora_rank;
     int max_len;
     NB_TRY(nb_cpu_attn_check_index("mla_attention", idx, sel, latent_pool->shape[0], &max_len));
     mla_job j = {.d = d, .q = q, .lat = latent_pool, .kpe = kpe_pool, .out = out, .idx = idx, .sel = sel,

@@ -128,14 +128,6 @@ extern "C" nb_status nb_cuda_attention(nb_ops_ctx *ctx, const nb_tensor *q, cons
     NB_TRY(nb_cuda_check_f32("attention", "v_pool", v_pool, 3));
     NB_TRY(nb_cuda_check_f32("attention", "out", out, 3));
     const int64_t T = q->shape[0], nh = q->shape[1], nkv = k_pool->shape[1];
-    if (T != idx->n_tokens || out->shape[0] != T || out->shape[1] != nh || nkv <= 0 || nh % nkv ||
-        v_pool->shape[1] != nkv || k_pool->shape[2] != q->shape[2] || out->shape[2] != v_pool->shape[2] ||
-        v_pool->shape[0] != k_pool->shape[0])
-        return nb_error(NB_ERR_INVALID_ARG, "attention: q [%lld, %lld, %lld], k_pool [.., %lld, %lld], v_pool [.., %lld, "
-                        "%lld], out [%lld, %lld, %lld], %d index tokens do not agree",
-                        (long long)T, (long long)nh, (long long)q->shape[2], (long long)nkv, (long long)k_pool->shape[2],
-                        (long long)v_pool->shape[1], (long long)v_pool->shape[2], (long long)out->shape[0],
-                        (long long)out->shape[1], (long long)out->shape[2], idx->n_tokens);
     const int hd = (int)q->shape[2], vd = (int)v_pool->shape[2];
     if (hd > 32 * NB_ATT_MAXD || vd > 32 * NB_ATT_MAXD)
         return nb_error(NB_ERR_UNSUPPORTED, "attention: head dims %d / %d above %d", hd, vd, 32 * NB_ATT_MAXD);
@@ -229,17 +221,7 @@ extern "C" nb_status nb_cuda_mla_attention(nb_ops_ctx *ctx, nb_mla_mode mode, co
     NB_TRY(nb_cuda_check_f32("mla_attention", "out", out, 3));
     NB_TRY(nb_cuda_check_weight("mla_attention kv_b", kv_b));
     const int64_t T = q->shape[0];
-    const int hs = d->qk_nope + d->v_dim, r = d->kv_lora_rank;
-    if (T != idx->n_tokens || q->shape[1] != d->n_heads || q->shape[2] != d->qk_nope + d->qk_rope ||
-        latent_pool->shape[1] != r || kpe_pool->shape[1] != d->qk_rope || kpe_pool->shape[0] != latent_pool->shape[0] ||
-        kv_b->n != (int64_t)d->n_heads * hs || kv_b->k != r || out->shape[0] != T || out->shape[1] != d->n_heads ||
-        out->shape[2] != d->v_dim)
-        return nb_error(NB_ERR_INVALID_ARG,
-                        "mla_attention: shapes disagree with dims (heads %d, nope %d, rope %d, v %d, rank %d): "
-                        "q [%lld, %lld, %lld], latent [%lld, %lld], kpe [.., %lld], kv_b [%lld, %lld]",
-                        d->n_heads, d->qk_nope, d->qk_rope, d->v_dim, r, (long long)T, (long long)q->shape[1],
-                        (long long)q->shape[2], (long long)latent_pool->shape[0], (long long)latent_pool->shape[1],
-                        (long long)kpe_pool->shape[1], (long long)kv_b->n, (long long)kv_b->k);
+    const int r = d->kv_lora_rank;
     if (r > 32 * NB_ATT_MAXD || d->qk_rope > 32 * NB_ATT_MAXR)
         return nb_error(NB_ERR_UNSUPPORTED, "mla_attention: kv_lora_rank %d (max %d) or rope dim %d (max %d)", r,
                         32 * NB_ATT_MAXD, d->qk_rope, 32 * NB_ATT_MAXR);
@@ -346,11 +328,6 @@ extern "C" nb_status nb_cuda_dsa_select(nb_ops_ctx *ctx, const nb_tensor *q, con
     NB_TRY(nb_cuda_check_f32("dsa_select", "w", w, 2));
     NB_TRY(nb_cuda_check_f32("dsa_select", "key_pool", key_pool, 2));
     const int64_t T = q->shape[0];
-    if (T != idx->n_tokens || w->shape[0] != T || w->shape[1] != q->shape[1] || key_pool->shape[1] != q->shape[2])
-        return nb_error(NB_ERR_INVALID_ARG, "dsa_select: q [%lld, %lld, %lld], w [%lld, %lld], key_pool [.., %lld]",
-                        (long long)T, (long long)q->shape[1], (long long)q->shape[2], (long long)w->shape[0],
-                        (long long)w->shape[1], (long long)key_pool->shape[1]);
-    if (topk <= 0) return nb_error(NB_ERR_INVALID_ARG, "dsa_select: index_topk %d", topk);
     const int nh = (int)q->shape[1], hd = (int)q->shape[2];
     if (hd > 32 * NB_DSA_MAXD) return nb_error(NB_ERR_UNSUPPORTED, "dsa_select: head dim %d above %d", hd, 32 * NB_DSA_MAXD);
     int S = 1024;
