@@ -18,7 +18,8 @@ const char nb_cmd_score_summary[] = "logits of every position of a token sequenc
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: nibble score --model DIR --ids 5,17,42 --out logits.npy [--backend cpu|cuda] [--threads N]\n");
+    fprintf(stderr, "usage: nibble score --model DIR --ids 5,17,42 --out logits.npy [--backend cpu|cuda] [--threads N]\n"
+                    "       [--cuda-graph-max-bs N] [--disable-cuda-graph] (accepted; one prefill pass has no decode step to graph)\n");
     return 2;
 }
 
@@ -26,11 +27,22 @@ int nb_cmd_score(int argc, char **argv)
 {
     const char *model_dir = NULL, *ids_s = NULL, *out = NULL, *backend = NULL;
     int threads = 0;
-    for (int i = 1; i < argc; i += 2) { /* every option takes a value */
+    for (int i = 1, step = 2; i < argc; i += step) { /* every option but --disable-cuda-graph takes a value */
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        step = 2;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage() - 2;
+        /* CUDA graphs serve decode steps; score runs one prefill pass, so the graph flags are
+         * accepted (the same command lines as generate/serve) and change nothing */
+        if (!strcmp(a, "--disable-cuda-graph")) {
+            step = 1;
+            continue;
+        }
         if (!v) return usage();
+        if (!strcmp(a, "--cuda-graph-max-bs")) {
+            if (atoi(v) < 1 || atoi(v) > 4096) return usage();
+            continue;
+        }
         if (!strcmp(a, "--model")) model_dir = v;
         else if (!strcmp(a, "--ids")) ids_s = v;
         else if (!strcmp(a, "--out")) out = v;

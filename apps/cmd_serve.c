@@ -38,7 +38,8 @@ static void nb_serve_usage(FILE *f)
             "  --backend cpu|cuda  --device N  --threads N  --page-size N  --mem-fraction-static F\n"
             "  --cpu-mem-gb G  --max-total-tokens N  --max-running-requests N\n"
             "  --num-continuous-decode-steps N  --chunked-prefill-size N  --max-prefill-tokens N\n"
-            "  --schedule-policy fcfs|lpm  --max-queued-requests N  --context-length N  --random-seed N\n");
+            "  --schedule-policy fcfs|lpm  --max-queued-requests N  --context-length N  --random-seed N\n"
+            "  --cuda-graph-max-bs N (256)  --disable-cuda-graph\n");
 }
 
 /* SIGINT/SIGTERM go to a handler, not to a mask: libraries (OpenBLAS) start threads before
@@ -118,6 +119,8 @@ int nb_cmd_serve(int argc, char **argv)
         else if (NB_ARG("--max-queued-requests")) ep.max_queued_requests = atoi(v);
         else if (NB_ARG("--context-length")) ep.context_length = atoi(v);
         else if (NB_ARG("--random-seed")) ep.random_seed = strtoull(v, NULL, 10);
+        else if (NB_ARG("--cuda-graph-max-bs")) ep.cuda_graph_max_bs = atoi(v);
+        else if (!strcmp(a, "--disable-cuda-graph")) ep.disable_cuda_graph = 1;
         else {
             fprintf(stderr, "nibble serve: unknown or incomplete option '%s'\n\n", a);
             nb_serve_usage(stderr);

@@ -31,7 +31,9 @@ static const char nb_cli_engine_usage[] =
     "  --chunked-prefill-size N       prompt tokens per step per request (8192; -1 off)\n"
     "  --max-prefill-tokens N         prompt tokens per step in all (16384)\n"
     "  --schedule-policy fcfs|lpm     (fcfs)    --max-queued-requests N (0: unbounded)\n"
-    "  --context-length N             (default: the model's)   --random-seed N\n";
+    "  --context-length N             (default: the model's)   --random-seed N\n"
+    "  --cuda-graph-max-bs N          largest decode batch replayed from a CUDA graph (256; cuda)\n"
+    "  --disable-cuda-graph           run every step eagerly (cuda)\n";
 
 static const char nb_cli_sampling_usage[] =
     "sampling:\n"
@@ -68,11 +70,16 @@ static inline int nb_cli_num(const char *flag, const char *v, double *out)
 static inline int nb_cli_engine_flag(int argc, char **argv, int *i, nb_engine_params *p)
 {
     const char *a = argv[*i];
+    if (!strcmp(a, "--disable-cuda-graph")) {
+        p->disable_cuda_graph = 1;
+        return 1;
+    }
     static const char *const known[] = {"--model", "--tokenizer", "--backend", "--threads", "--page-size",
                                         "--mem-fraction-static", "--cpu-mem-gb", "--max-total-tokens",
                                         "--max-running-requests", "--num-continuous-decode-steps",
                                         "--chunked-prefill-size", "--max-prefill-tokens", "--schedule-policy",
-                                        "--max-queued-requests", "--context-length", "--random-seed", "--device"};
+                                        "--max-queued-requests", "--context-length", "--random-seed", "--device",
+                                        "--cuda-graph-max-bs"};
     int ours = 0;
     for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) ours |= !strcmp(a, known[k]);
     if (!ours) return 0;
@@ -109,6 +116,8 @@ static inline int nb_cli_engine_flag(int argc, char **argv, int *i, nb_engine_pa
     } else if (!strcmp(a, "--random-seed")) {
         if (nb_cli_num(a, v, &d) || d < 0) return -1;
         p->random_seed = (uint64_t)d;
+    } else if (!strcmp(a, "--cuda-graph-max-bs")) {
+        if (nb_cli_int(a, v, 1, 4096, &p->cuda_graph_max_bs)) return -1;
     } else {
         if (nb_cli_int(a, v, -1, 1 << 30, &n)) return -1;
         if (!strcmp(a, "--threads")) p->threads = n;

@@ -125,6 +125,10 @@ typedef struct nb_engine_params {
                                          capped at the KV capacity */
     uint64_t random_seed;             /* --random-seed: seeds requests whose sampling seed is
                                          -1 (each gets random_seed mixed with its id); 0 */
+    int cuda_graph_max_bs;            /* --cuda-graph-max-bs: decode steps of up to this many
+                                         requests replay CUDA graphs (backend cuda; ignored on
+                                         cpu); 0 (default): 256; 1..4096 */
+    int disable_cuda_graph;           /* --disable-cuda-graph: 1 runs every step eagerly */
 } nb_engine_params;
 
 /* The defaults documented above (model NULL: the caller must set it). */

@@ -217,7 +217,7 @@ static nb_status mlp_layer(fwd *f, int l)
     return NB_OK;
 }
 
-static nb_status check_batch(const nb_model *m, const nb_kv_pool *pool, const nb_batch *b, int *T, int64_t *n_slots)
+nb_status nb_forward_check(const nb_model *m, const nb_kv_pool *pool, const nb_batch *b, int *T, int64_t *n_slots)
 {
     const nb_model_config *c = &m->cfg;
     if (b->n_seqs <= 0) return nb_error(NB_ERR_INVALID_ARG, "forward: empty batch");
@@ -275,12 +275,12 @@ static nb_status dump_rows(fwd *f, const char *name, const float *buf, int64_t c
     return NB_OK;
 }
 
-nb_status nb_forward(nb_model *m, nb_kv_pool *pool, const nb_batch *b, float *logits)
+/* Carve the activations of a step of T tokens and R logit rows out of scratch slot
+ * NB_FWD_ACT_SLOT: the layout depends on (config, T, R) alone. */
+static nb_status fwd_setup(nb_model *m, nb_kv_pool *pool, int T, int R, const nb_fwd_index *ix, fwd *f,
+                           float **final_rows)
 {
     const nb_model_config *c = &m->cfg;
-    int T = 0;
-    int64_t n_slots = 0;
-    NB_TRY(check_batch(m, pool, b, &T, &n_slots));
     const int64_t H = c->hidden_size, nh = c->num_heads;
     const int64_t qw = nh * NB_MAX(c->head_dim, c->qk_nope_head_dim + c->qk_rope_head_dim);
     const int64_t attw = nh * NB_MAX(c->head_dim, c->v_head_dim);
@@ -288,58 +288,106 @@ nb_status nb_forward(nb_model *m, nb_kv_pool *pool, const nb_batch *b, float *lo
     const int64_t ka = c->kv_lora_rank + c->qk_rope_head_dim;
     const int64_t qiw = (int64_t)c->index_n_heads * c->index_head_dim;
     const int64_t E = c->n_routed_experts, K = NB_MAX(c->num_experts_per_tok, 1), topk = NB_MAX(c->index_topk, 1);
-    const int R = nb_batch_logit_rows(b);
-    /* logits stay in the block only on a device; on the host they go to the caller's buffer */
-    const int64_t dev_logits_n = nb_ops_ctx_device(m->ops) == NB_DEVICE_CPU ? 1 : (int64_t)R * c->vocab_size;
-    /* element counts of every buffer, in take() order below; the index arrays come first so
-     * one upload moves them all */
-    const int64_t sizes[] = {T,           T,        T,         n_slots, T,      R,      3 * H * T, qw * T,
-                             c->q_lora_rank * (int64_t)T + 1, ka * T + 1, attw * T, kvw * T + 1, kvw * T + 1,
-                             qiw * T + 1, c->index_head_dim * (int64_t)T + 1, c->index_n_heads * (int64_t)T + 1,
-                             E * T + 1,   K * T,    K * T,     topk * T, T,      H * R,  dev_logits_n};
+    /* element counts of every buffer, in take() order below */
+    const int64_t sizes[] = {3 * H * T, qw * T, c->q_lora_rank * (int64_t)T + 1, ka * T + 1, attw * T, kvw * T + 1,
+                             kvw * T + 1, qiw * T + 1, c->index_head_dim * (int64_t)T + 1,
+                             c->index_n_heads * (int64_t)T + 1, E * T + 1, K * T, K * T, topk * T, T, H * R};
     nb_ops_ctx *ops = m->ops;
     fwd_bufs bufs = {0};
     for (size_t i = 0; i < NB_ARRAY_LEN(sizes); i++) bufs.cap += ((size_t)sizes[i] * 4 + 63) / 64 * 64;
-    /* Scratch slot 4 of the ops context (ops.h leaves 4..7 to callers): host or device memory,
-     * kept between steps. */
-    bufs.block = nb_ops_scratch(ops, 4, bufs.cap);
+    /* host or device memory, kept between steps */
+    bufs.block = nb_ops_scratch(ops, NB_FWD_ACT_SLOT, bufs.cap);
     if (!bufs.block) return nb_error_wrap(NB_ERR_OUT_OF_MEMORY, "forward: activations for %d tokens", T);
     fwd_dev = nb_ops_ctx_device(ops);
-    fwd f = {.m = m, .dev = fwd_dev, .pool = pool, .T = T};
-    f.ids = (int32_t *)take(&bufs, T);
-    f.pos = (int32_t *)take(&bufs, T);
-    f.slot_base = (int32_t *)take(&bufs, T);
-    f.slot_table = (int32_t *)take(&bufs, n_slots);
-    f.rows = (int32_t *)take(&bufs, T);
-    f.lrows = (int32_t *)take(&bufs, R);
-    const size_t idx_bytes = bufs.used;
-    f.h = take(&bufs, 3 * H * T);
-    f.a = f.h + H * T;
-    f.o = f.a + H * T;
-    f.q = take(&bufs, qw * T);
-    f.qa = take(&bufs, c->q_lora_rank * (int64_t)T + 1);
-    f.kva = take(&bufs, ka * T + 1);
-    f.att = take(&bufs, attw * T);
-    f.k = take(&bufs, kvw * T + 1);
-    f.v = take(&bufs, kvw * T + 1);
-    f.qi = take(&bufs, qiw * T + 1);
-    f.ki = take(&bufs, c->index_head_dim * (int64_t)T + 1);
-    f.wi = take(&bufs, c->index_n_heads * (int64_t)T + 1);
-    f.rlog = take(&bufs, E * T + 1);
-    f.rw = take(&bufs, K * T);
-    f.rid = (int32_t *)take(&bufs, K * T);
-    f.sel_pos = (int32_t *)take(&bufs, topk * T);
-    f.sel_count = (int32_t *)take(&bufs, T);
-    float *final_rows = take(&bufs, H * R);
-    float *dev_logits = take(&bufs, dev_logits_n);
+    *f = (fwd){.m = m, .dev = fwd_dev, .pool = pool, .T = T};
+    f->ids = (int32_t *)ix->ids;
+    f->pos = (int32_t *)ix->pos;
+    f->slot_base = (int32_t *)ix->slot_base;
+    f->slot_table = (int32_t *)ix->slot_table;
+    f->rows = (int32_t *)ix->rows;
+    f->lrows = (int32_t *)ix->lrows;
+    f->h = take(&bufs, 3 * H * T);
+    f->a = f->h + H * T;
+    f->o = f->a + H * T;
+    f->q = take(&bufs, qw * T);
+    f->qa = take(&bufs, c->q_lora_rank * (int64_t)T + 1);
+    f->kva = take(&bufs, ka * T + 1);
+    f->att = take(&bufs, attw * T);
+    f->k = take(&bufs, kvw * T + 1);
+    f->v = take(&bufs, kvw * T + 1);
+    f->qi = take(&bufs, qiw * T + 1);
+    f->ki = take(&bufs, c->index_head_dim * (int64_t)T + 1);
+    f->wi = take(&bufs, c->index_n_heads * (int64_t)T + 1);
+    f->rlog = take(&bufs, E * T + 1);
+    f->rw = take(&bufs, K * T);
+    f->rid = (int32_t *)take(&bufs, K * T);
+    f->sel_pos = (int32_t *)take(&bufs, topk * T);
+    f->sel_count = (int32_t *)take(&bufs, T);
+    *final_rows = take(&bufs, H * R);
+    f->idx = (nb_attn_index){T, f->pos, f->slot_base, f->slot_table};
+    return NB_OK;
+}
 
-    /* The index arrays, built on the host in the block's layout, then moved in one upload. */
-    char *hidx = malloc(idx_bytes);
-    if (!hidx) return nb_error(NB_ERR_OUT_OF_MEMORY, "forward: index arrays for %d tokens", T);
-#define HOST(p) ((int32_t *)(hidx + ((char *)(p) - (char *)bufs.block)))
-    int32_t *ids = HOST(f.ids), *pos = HOST(f.pos), *sbase = HOST(f.slot_base), *stab = HOST(f.slot_table);
-    int32_t *rows = HOST(f.rows), *lrows = HOST(f.lrows);
-#undef HOST
+/* Every layer, then the logits of the R rows lrows names into `logits` (model memory). */
+static nb_status fwd_run(fwd *f, int R, float *final_rows, float *logits, int dump)
+{
+    nb_model *m = f->m;
+    const nb_model_config *c = &m->cfg;
+    nb_ops_ctx *ops = m->ops;
+    const int T = f->T;
+    const int64_t H = c->hidden_size;
+    nb_tensor h = t2(f->h, T, H), a = t2(f->a, T, H), o = t2(f->o, T, H);
+    nb_status st = NB_OK;
+    char dn[64];
+    float *dump_host = NULL;
+#define DUMP(buf, cols, ...)                                                                   \
+    do {                                                                                       \
+        if (dump && st == NB_OK) {                                                             \
+            snprintf(dn, sizeof dn, __VA_ARGS__);                                              \
+            st = dump_rows(f, dn, buf, cols, &dump_host);                                      \
+        }                                                                                      \
+    } while (0)
+    if (dump) nb_dump_step();
+    st = nb_op_embedding(ops, &m->embed, f->ids, T, &h);
+    DUMP(f->h, H, "embed");
+    if (st == NB_OK) st = nb_op_rmsnorm(ops, &h, m->layers[0].input_norm, (float)c->rms_norm_eps, &a);
+    for (int l = 0; l < c->num_layers && st == NB_OK; l++) {
+        DUMP(f->a, H, "blk.%d.attn_in", l);
+        st = c->attn == NB_ATTN_MLA ? mla_layer(f, l) : gqa_layer(f, l);
+        DUMP(f->o, H, "blk.%d.attn_out", l);
+        if (st == NB_OK) st = nb_op_add_rmsnorm(ops, &o, &h, m->layers[l].post_attn_norm, (float)c->rms_norm_eps, &a);
+        DUMP(f->a, H, "blk.%d.mlp_in", l);
+        if (st == NB_OK) st = mlp_layer(f, l);
+        DUMP(f->o, H, "blk.%d.mlp_out", l);
+        const float *next = l + 1 < c->num_layers ? m->layers[l + 1].input_norm : m->final_norm;
+        if (st == NB_OK) st = nb_op_add_rmsnorm(ops, &o, &h, next, (float)c->rms_norm_eps, &a);
+        if (st != NB_OK) st = nb_error_wrap(st, "layer %d", l);
+    }
+    DUMP(f->a, H, "final_norm");
+#undef DUMP
+    free(dump_host);
+    if (st == NB_OK) {
+        nb_tensor x = t2(final_rows, R, H);
+        st = nb_op_get_rows(ops, &a, f->lrows, &x);
+        nb_tensor y = t2(logits, R, c->vocab_size);
+        if (st == NB_OK) st = nb_op_linear(ops, &x, &m->lm_head, &y);
+    }
+    return st;
+}
+
+nb_status nb_forward_enqueue(nb_model *m, nb_kv_pool *pool, int T, int R, const nb_fwd_index *ix, float *logits)
+{
+    if (T <= 0 || R <= 0 || R > T || !ix || !logits)
+        return nb_error(NB_ERR_INVALID_ARG, "forward: enqueue of %d tokens, %d logit rows", T, R);
+    fwd f;
+    float *final_rows;
+    NB_TRY(fwd_setup(m, pool, T, R, ix, &f, &final_rows));
+    return fwd_run(&f, R, final_rows, logits, 0);
+}
+
+void nb_forward_fill_index(const nb_batch *b, int32_t *ids, int32_t *pos, int32_t *sbase, int32_t *stab, int32_t *rows,
+                           int32_t *lrows)
+{
     int t = 0, base = 0, r = 0;
     for (int s = 0; s < b->n_seqs; s++) {
         const nb_seq_step *q = &b->seqs[s];
@@ -354,50 +402,60 @@ nb_status nb_forward(nb_model *m, nb_kv_pool *pool, const nb_batch *b, float *lo
         }
         base += end;
     }
-    nb_status st = nb_ops_upload(ops, bufs.block, hidx, idx_bytes);
+}
+
+/* The eager step: index arrays built on the host and moved with one upload (on the CPU the
+ * host image is used in place), logits to `host_logits` (host memory) or, when it is NULL,
+ * left in scratch slot NB_FWD_LOGITS_SLOT (*keep). */
+static nb_status forward_eager(nb_model *m, nb_kv_pool *pool, const nb_batch *b, float *host_logits, float **keep)
+{
+    int T = 0;
+    int64_t n_slots = 0;
+    NB_TRY(nb_forward_check(m, pool, b, &T, &n_slots));
+    const int R = nb_batch_logit_rows(b);
+    nb_ops_ctx *ops = m->ops;
+    const int on_host = nb_ops_ctx_device(ops) == NB_DEVICE_CPU;
+    const size_t idx_elems = 4 * (size_t)T + (size_t)n_slots + (size_t)R;
+    int32_t *hidx = malloc(idx_elems * sizeof(int32_t));
+    if (!hidx) return nb_error(NB_ERR_OUT_OF_MEMORY, "forward: index arrays for %d tokens", T);
+    int32_t *ids = hidx, *pos = ids + T, *sbase = pos + T, *rows = sbase + T, *lrows = rows + T, *stab = lrows + R;
+    nb_forward_fill_index(b, ids, pos, sbase, stab, rows, lrows);
+    int32_t *didx = hidx;
+    nb_status st = NB_OK;
+    if (!on_host) {
+        didx = nb_ops_scratch(ops, NB_FWD_INDEX_SLOT, idx_elems * sizeof(int32_t));
+        st = didx ? nb_ops_upload(ops, didx, hidx, idx_elems * sizeof(int32_t))
+                  : nb_error_wrap(NB_ERR_OUT_OF_MEMORY, "forward: index arrays for %d tokens", T);
+    }
+    float *logits = on_host ? host_logits : NULL;
+    if (st == NB_OK && !logits) {
+        logits = nb_ops_scratch(ops, NB_FWD_LOGITS_SLOT, (size_t)R * (size_t)m->cfg.vocab_size * sizeof(float));
+        if (!logits) st = nb_error_wrap(NB_ERR_OUT_OF_MEMORY, "forward: logits of %d rows", R);
+    }
+    if (st == NB_OK) {
+        const int64_t d = didx - hidx;
+        nb_fwd_index ix = {ids + d, pos + d, sbase + d, stab + d, rows + d, lrows + d};
+        fwd f;
+        float *final_rows;
+        st = fwd_setup(m, pool, T, R, &ix, &f, &final_rows);
+        if (st == NB_OK) st = fwd_run(&f, R, final_rows, logits, nb_dump_enabled());
+    }
     free(hidx);
     if (st != NB_OK) return st;
-    f.idx = (nb_attn_index){T, f.pos, f.slot_base, f.slot_table};
+    if (host_logits && logits != host_logits)
+        return nb_ops_download(ops, host_logits, logits, (size_t)R * (size_t)m->cfg.vocab_size * sizeof(float));
+    if (keep) *keep = logits;
+    return NB_OK;
+}
 
-    nb_tensor h = t2(f.h, T, H), a = t2(f.a, T, H), o = t2(f.o, T, H);
-    const int dump = nb_dump_enabled();
-    char dn[64];
-    float *dump_host = NULL;
-#define DUMP(buf, cols, ...)                                                                   \
-    do {                                                                                       \
-        if (dump && st == NB_OK) {                                                             \
-            snprintf(dn, sizeof dn, __VA_ARGS__);                                              \
-            st = dump_rows(&f, dn, buf, cols, &dump_host);                                     \
-        }                                                                                      \
-    } while (0)
-    nb_dump_step();
-    st = nb_op_embedding(ops, &m->embed, f.ids, T, &h);
-    DUMP(f.h, H, "embed");
-    if (st == NB_OK) st = nb_op_rmsnorm(ops, &h, m->layers[0].input_norm, (float)c->rms_norm_eps, &a);
-    for (int l = 0; l < c->num_layers && st == NB_OK; l++) {
-        DUMP(f.a, H, "blk.%d.attn_in", l);
-        st = c->attn == NB_ATTN_MLA ? mla_layer(&f, l) : gqa_layer(&f, l);
-        DUMP(f.o, H, "blk.%d.attn_out", l);
-        if (st == NB_OK) st = nb_op_add_rmsnorm(ops, &o, &h, m->layers[l].post_attn_norm, (float)c->rms_norm_eps, &a);
-        DUMP(f.a, H, "blk.%d.mlp_in", l);
-        if (st == NB_OK) st = mlp_layer(&f, l);
-        DUMP(f.o, H, "blk.%d.mlp_out", l);
-        const float *next = l + 1 < c->num_layers ? m->layers[l + 1].input_norm : m->final_norm;
-        if (st == NB_OK) st = nb_op_add_rmsnorm(ops, &o, &h, next, (float)c->rms_norm_eps, &a);
-        if (st != NB_OK) st = nb_error_wrap(st, "layer %d", l);
-    }
-    DUMP(f.a, H, "final_norm");
-#undef DUMP
-    free(dump_host);
-    if (st == NB_OK) {
-        nb_tensor x = t2(final_rows, R, H);
-        st = nb_op_get_rows(ops, &a, f.lrows, &x);
-        /* on the host the logits go straight to the caller's buffer */
-        float *y_data = f.dev == NB_DEVICE_CPU ? logits : dev_logits;
-        nb_tensor y = t2(y_data, R, c->vocab_size);
-        if (st == NB_OK) st = nb_op_linear(ops, &x, &m->lm_head, &y);
-        if (st == NB_OK && y_data != logits)
-            st = nb_ops_download(ops, logits, y_data, (size_t)R * (size_t)c->vocab_size * sizeof(float));
-    }
-    return st;
+nb_status nb_forward(nb_model *m, nb_kv_pool *pool, const nb_batch *b, float *logits)
+{
+    if (!logits) return nb_error(NB_ERR_INVALID_ARG, "forward: logits is NULL (nb_forward_keep keeps them)");
+    return forward_eager(m, pool, b, logits, NULL);
+}
+
+nb_status nb_forward_keep(nb_model *m, nb_kv_pool *pool, const nb_batch *b, float **logits)
+{
+    *logits = NULL;
+    return forward_eager(m, pool, b, NULL, logits);
 }

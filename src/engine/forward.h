@@ -81,4 +81,44 @@ int nb_batch_logit_rows(const nb_batch *b);
  * range, slot out of the pool, positions beyond max_position_embeddings). */
 nb_status nb_forward(nb_model *m, nb_kv_pool *pool, const nb_batch *b, float *logits);
 
+/* nb_forward, but the logits stay in the model's memory (device memory on CUDA): *logits
+ * points at [nb_batch_logit_rows(b), vocab] F32 in scratch slot NB_FWD_LOGITS_SLOT of the
+ * model's ops context, valid until the next step on this model. The work may still be
+ * running on the context's stream when it returns. */
+nb_status nb_forward_keep(nb_model *m, nb_kv_pool *pool, const nb_batch *b, float **logits);
+
+/* Scratch slots of the model's ops context that the forward pass uses (ops.h leaves 4..7 to
+ * callers): activations (sized by tokens and logit rows only), the eager path's index
+ * arrays, the eager path's logits. */
+#define NB_FWD_ACT_SLOT 4
+#define NB_FWD_INDEX_SLOT 5
+#define NB_FWD_LOGITS_SLOT 6
+
+/* ---- the pieces, for callers that move the index arrays themselves (CUDA graphs,
+ * engine/cuda_runner.c) ---- */
+
+/* The checks of nb_forward: *T tokens in the batch, *n_slots slot-table entries (the sum of
+ * every sequence's start_pos + n_tokens). NB_ERR_INVALID_ARG as nb_forward. */
+nb_status nb_forward_check(const nb_model *m, const nb_kv_pool *pool, const nb_batch *b, int *T, int64_t *n_slots);
+
+/* Build b's index arrays on the host: ids, pos, slot_base, rows [T]; slot_table [n_slots]
+ * (each sequence's slots concatenated; slot_base[t] = where its sequence's part starts);
+ * lrows [nb_batch_logit_rows(b)] (token index of each logits row). */
+void nb_forward_fill_index(const nb_batch *b, int32_t *ids, int32_t *pos, int32_t *slot_base, int32_t *slot_table,
+                           int32_t *rows, int32_t *lrows);
+
+/* The step's index arrays in the model's memory (device memory on CUDA). */
+typedef struct nb_fwd_index {
+    const int32_t *ids, *pos, *slot_base, *slot_table, *rows, *lrows;
+} nb_fwd_index;
+
+/* Enqueue one step of T tokens whose index arrays are already in the model's memory,
+ * writing R logit rows to `logits` ([R, vocab], model memory). The activations live in
+ * scratch slot NB_FWD_ACT_SLOT sized by T and R alone, so for a fixed (T, R) and scratch
+ * that has already grown to this size every pointer is the same from call to call, nothing
+ * is allocated and nothing waits for the device: a CUDA graph can capture the call and
+ * replay it with new index contents. Index contents are not validated here
+ * (nb_forward_check is the caller's). No NB_DUMP output. */
+nb_status nb_forward_enqueue(nb_model *m, nb_kv_pool *pool, int T, int R, const nb_fwd_index *ix, float *logits);
+
 #endif

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/graph.h"
 
 // cuBLASLt workspace per context (gemm_lt.h: plenty on Hopper).
 #define NB_CUDA_LT_WORKSPACE (32u << 20)
@@ -42,6 +43,7 @@ extern "C" void nb_cuda_ctx_release(nb_ops_ctx *ctx)
     if (!s) return;
     cudaStreamSynchronize(s->stream);
     nb_cuda_moe_release_all(ctx);
+    nb_cuda_mla_release(ctx);
     for (int i = 0; i < 2; i++)
         if (s->pinned[i]) {
             cudaFreeHost(s->pinned[i]);
@@ -60,6 +62,14 @@ extern "C" void *nb_cuda_scratch(nb_ops_ctx *ctx, int slot, size_t bytes)
     nb_cuda_state *s = nb_cuda_st(ctx);
     if (bytes == 0) bytes = 1;
     if (s->scratch_size[slot] < bytes) {
+        // A graph being captured would keep the old pointer and the wait below would end the
+        // capture: refuse, so the caller runs the step eagerly (which grows the slot) first.
+        cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing(s->stream, &cap) == cudaSuccess && cap != cudaStreamCaptureStatusNone) {
+            nb_error(NB_ERR_INTERNAL, "cuda: scratch slot %d would grow from %zu to %zu bytes during a CUDA graph capture",
+                     slot, s->scratch_size[slot], bytes);
+            return NULL;
+        }
         size_t want = bytes > s->scratch_size[slot] + s->scratch_size[slot] / 2 ? bytes
                                                                                 : s->scratch_size[slot] + s->scratch_size[slot] / 2;
         want = (want + 255) / 256 * 256;
@@ -76,6 +86,12 @@ extern "C" void *nb_cuda_scratch(nb_ops_ctx *ctx, int slot, size_t bytes)
         s->scratch_size[slot] = want;
     }
     return s->scratch[slot];
+}
+
+extern "C" void nb_cuda_scratch_ptrs(nb_ops_ctx *ctx, void *out[8])
+{
+    nb_cuda_state *s = nb_cuda_st(ctx);
+    for (int i = 0; i < 8; i++) out[i] = i < NB_CUDA_SCRATCH_SLOTS ? s->scratch[i] : NULL;
 }
 
 extern "C" void *nb_cuda_mem_alloc(nb_ops_ctx *ctx, size_t bytes)
