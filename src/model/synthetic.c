@@ -13,6 +13,9 @@
 #include "base/json.h"
 #include "base/log.h"
 #include "model/synthetic_fill.h"
+#if NIBBLE_HAVE_CUDA
+#include "model/cuda/synth_fill_cuda.h"
+#endif
 
 /* ------------------------------------------------------------------ built-in configs */
 
@@ -406,8 +409,35 @@ double nb_synthetic_weight_bytes(const nb_model_config *c)
     return total;
 }
 
+/* Device-generated tensors of a deferred build, sorted by their (untouched) host buffer. */
+typedef struct nb_deferred_t {
+    const void *h;
+    size_t bytes;
+    nb_synth_job job; /* job.data unset: the device buffer comes with each fill */
+} nb_deferred_t;
+
+struct nb_synth_deferred {
+    nb_deferred_t *t;
+    size_t n;
+    double bytes;
+};
+
+/* The kinds a deferred build leaves to the device: everything large. The F32 kinds (norms,
+ * biases, weight_scale_2) are small and read on the host by the binder, so they are filled
+ * on the host in either build. */
+static int nb_kind_deferred(nb_synth_fill k)
+{
+    return k == NB_SYNTH_NORMAL_BF16 || k == NB_SYNTH_NVFP4_CODES || k == NB_SYNTH_NVFP4_SCALES;
+}
+
+static int nb_deferred_cmp(const void *a, const void *b)
+{
+    const nb_deferred_t *x = a, *y = b;
+    return x->h < y->h ? -1 : x->h > y->h;
+}
+
 static nb_status nb_build(nb_gen *g, const char *spec, nb_model_config *cfg, int threads, size_t chunk,
-                          nb_checkpoint **ck)
+                          nb_checkpoint **ck, nb_synth_deferred *def)
 {
     const int64_t V = cfg->vocab_size, H = cfg->hidden_size;
     if (g->o.nvfp4 && (H % 16 || cfg->moe_intermediate_size % 16))
@@ -432,13 +462,29 @@ static nb_status nb_build(nb_gen *g, const char *spec, nb_model_config *cfg, int
         return st;
     }
     nb_synth_job *jobs = malloc(g->n * sizeof *jobs);
-    if (!jobs) {
+    if (def && jobs) def->t = malloc(g->n * sizeof *def->t);
+    if (!jobs || (def && !def->t)) {
+        free(jobs);
         for (size_t k = 0; k < g->n; k++) free(g->t[k].job.data);
         return nb_error(NB_ERR_OUT_OF_MEMORY, "synthetic: the job list");
     }
-    for (size_t k = 0; k < g->n; k++) jobs[k] = g->t[k].job;
-    nb_synth_fill_all(jobs, g->n, threads, chunk);
+    size_t n_host = 0;
+    for (size_t k = 0; k < g->n; k++) {
+        const nb_plan_t *t = &g->t[k];
+        if (def && nb_kind_deferred(t->job.kind)) { /* its malloc'd pages are never touched */
+            nb_deferred_t *d = &def->t[def->n++];
+            d->h = t->job.data;
+            d->bytes = t->job.n * nb_dtype_size(t->dt);
+            d->job = t->job;
+            d->job.data = NULL;
+            def->bytes += (double)d->bytes;
+        } else {
+            jobs[n_host++] = t->job;
+        }
+    }
+    nb_synth_fill_all(jobs, n_host, threads, chunk);
     free(jobs);
+    if (def) qsort(def->t, def->n, sizeof *def->t, nb_deferred_cmp);
     *ck = NULL;
     nb_status st = nb_checkpoint_new_memory(ck, NULL);
     for (size_t k = 0; k < g->n; k++) {
@@ -453,8 +499,8 @@ static nb_status nb_build(nb_gen *g, const char *spec, nb_model_config *cfg, int
     return st;
 }
 
-nb_status nb_synthetic_build_threads(const char *spec, int threads, size_t chunk, nb_model_config *cfg,
-                                     nb_checkpoint **ck)
+static nb_status nb_synthetic_build_impl(const char *spec, int threads, size_t chunk, nb_model_config *cfg,
+                                         nb_checkpoint **ck, nb_synth_deferred *def)
 {
     *ck = NULL;
     char *json = NULL;
@@ -465,18 +511,86 @@ nb_status nb_synthetic_build_threads(const char *spec, int threads, size_t chunk
     if (st != NB_OK) return st;
     nb_gen g = {.c = cfg, .o = o};
     double t0 = nb_synth_now();
-    st = nb_build(&g, spec, cfg, threads, chunk, ck);
+    st = nb_build(&g, spec, cfg, threads, chunk, ck, def);
     free(g.t);
     if (st != NB_OK) {
         nb_model_config_free(cfg);
         return nb_error_wrap(st, "synthetic model %s", spec);
     }
-    NB_LOG_INFO("model", "%s: %s, %d layers, hidden %d, %d experts, vocab %d, %.2f GiB of random weights%s in %.2f s "
+    NB_LOG_INFO("model", "%s: %s, %d layers, hidden %d, %d experts, vocab %d, %.2f GiB of random weights%s%s in %.2f s "
                 "(%d threads)", spec, nb_arch_name(cfg->arch), cfg->num_layers, cfg->hidden_size,
                 cfg->n_routed_experts, cfg->vocab_size, nb_synthetic_weight_bytes(cfg) / 1073741824.0,
-                o.nvfp4 ? " (NVFP4 experts)" : "", nb_synth_now() - t0,
-                threads > 0 ? threads : nb_synth_default_threads());
+                o.nvfp4 ? " (NVFP4 experts)" : "", def ? ", all but the F32 vectors left to the device" : "",
+                nb_synth_now() - t0, threads > 0 ? threads : nb_synth_default_threads());
     return NB_OK;
+}
+
+nb_status nb_synthetic_build_threads(const char *spec, int threads, size_t chunk, nb_model_config *cfg,
+                                     nb_checkpoint **ck)
+{
+    return nb_synthetic_build_impl(spec, threads, chunk, cfg, ck, NULL);
+}
+
+nb_status nb_synthetic_build_deferred(const char *spec, nb_model_config *cfg, nb_checkpoint **ck,
+                                      nb_synth_deferred **out)
+{
+    *out = calloc(1, sizeof **out);
+    if (!*out) return nb_error(NB_ERR_OUT_OF_MEMORY, "synthetic: deferred plan");
+    nb_status st = nb_synthetic_build_impl(spec, 0, 0, cfg, ck, *out);
+    if (st != NB_OK) {
+        nb_synthetic_deferred_free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+void nb_synthetic_deferred_free(nb_synth_deferred *d)
+{
+    if (!d) return;
+    free(d->t);
+    free(d);
+}
+
+size_t nb_synthetic_deferred_count(const nb_synth_deferred *d) { return d ? d->n : 0; }
+
+double nb_synthetic_deferred_bytes(const nb_synth_deferred *d) { return d ? d->bytes : 0; }
+
+const nb_synth_job *nb_synthetic_deferred_find(const nb_synth_deferred *d, const void *host, size_t *bytes)
+{
+    if (!d || !d->n) return NULL;
+    size_t lo = 0, hi = d->n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (d->t[mid].h == host) {
+            if (bytes) *bytes = d->t[mid].bytes;
+            return &d->t[mid].job;
+        }
+        if ((const char *)d->t[mid].h < (const char *)host) lo = mid + 1;
+        else hi = mid;
+    }
+    return NULL;
+}
+
+nb_status nb_synthetic_deferred_fill(const nb_synth_deferred *d, const void *host, void *dev, size_t bytes,
+                                     void *stream, int *done)
+{
+    *done = 0;
+    size_t want = 0;
+    const nb_synth_job *j = nb_synthetic_deferred_find(d, host, &want);
+    if (!j) return NB_OK;
+    if (bytes != want)
+        return nb_error(NB_ERR_INVALID_ARG, "synthetic: device fill of %zu bytes for a tensor of %zu", bytes, want);
+#if NIBBLE_HAVE_CUDA
+    nb_synth_job dj = *j;
+    dj.data = dev;
+    NB_TRY(nb_synth_fill_cuda(&dj, stream));
+    *done = 1;
+    return NB_OK;
+#else
+    (void)dev;
+    (void)stream;
+    return nb_error(NB_ERR_UNSUPPORTED, "synthetic: device fill in a build without CUDA");
+#endif
 }
 
 nb_status nb_synthetic_build(const char *spec, nb_model_config *cfg, nb_checkpoint **ck)

@@ -24,6 +24,7 @@
 
 #include "format/model_config.h"
 #include "format/safetensors.h"
+#include "model/synthetic_fill.h"
 #include "nibble.h"
 
 /* 1 when spec starts with "synthetic:". */
@@ -42,6 +43,31 @@ nb_status nb_synthetic_build(const char *spec, nb_model_config *cfg, nb_checkpoi
  * elements per work item (0: the default); the bytes are identical for any choice. */
 nb_status nb_synthetic_build_threads(const char *spec, int threads, size_t chunk, nb_model_config *cfg,
                                      nb_checkpoint **ck);
+
+/* A deferred build, for a GPU that generates the weights itself: the same checkpoint as
+ * nb_synthetic_build (names, shapes, dtypes; F32 tensors filled on the host, since the
+ * binder reads them), but the large tensors (BF16 weights, NVFP4 codes and scales) are left
+ * unwritten: their host buffers are malloc'd address space whose pages are never touched
+ * (so never resident), and *plan holds the stream of each. nb_synthetic_deferred_fill then
+ * writes a tensor's bytes into device memory: byte for byte what nb_synthetic_build writes
+ * on the host (tests/model/test_synth_gpu.c). Reading a deferred tensor's host bytes is a
+ * bug (they are unspecified). The caller owns *ck, cfg and *plan (nb_synthetic_deferred_free). */
+typedef struct nb_synth_deferred nb_synth_deferred;
+nb_status nb_synthetic_build_deferred(const char *spec, nb_model_config *cfg, nb_checkpoint **ck,
+                                      nb_synth_deferred **plan);
+void nb_synthetic_deferred_free(nb_synth_deferred *plan);
+/* Deferred tensors and their bytes. */
+size_t nb_synthetic_deferred_count(const nb_synth_deferred *plan);
+double nb_synthetic_deferred_bytes(const nb_synth_deferred *plan);
+/* The job of the deferred tensor whose host buffer starts at `host` (its size in *bytes), or
+ * NULL when `host` is not the start of a deferred tensor. */
+const nb_synth_job *nb_synthetic_deferred_find(const nb_synth_deferred *plan, const void *host, size_t *bytes);
+/* When `host` starts a deferred tensor: enqueue the fill of its `bytes` bytes into device
+ * memory `dev` on `stream` (cudaStream_t) and set *done = 1; otherwise *done = 0 and nothing
+ * happens. NB_ERR_INVALID_ARG when bytes is not the tensor's size; NB_ERR_UNSUPPORTED
+ * without CUDA; NB_ERR_CUDA when the launch fails. */
+nb_status nb_synthetic_deferred_fill(const nb_synth_deferred *plan, const void *host, void *dev, size_t bytes,
+                                     void *stream, int *done);
 
 /* Bytes the weights of a config take (BF16, or NVFP4 routed experts when quantized): to
  * refuse a spec that cannot fit before generating it. */

@@ -47,6 +47,7 @@ static inline float nb_ih_normal(uint64_t h)
 /* ---------------------------------------------------------------- NVFP4 code table */
 
 static uint8_t nb_code_lut[65536]; /* two codes: low nibble from the low byte */
+static uint8_t nb_code_c8[256];    /* one code per 8-bit quantile index */
 static double nb_code_msq;         /* E[e2m1(code)^2] over the 8-bit table */
 static pthread_once_t nb_lut_once = PTHREAD_ONCE_INIT;
 
@@ -63,11 +64,18 @@ static void nb_build_lut(void)
             else hi = mid;
         }
         c8[i] = nb_nvfp4_e2m1_encode((float)(0.5 * (lo + hi) * NB_SYNTH_CODE_SPREAD));
+        nb_code_c8[i] = c8[i];
         double v = nb_e2m1_to_f32(c8[i]);
         msq += v * v;
     }
     nb_code_msq = msq / 256;
     for (int i = 0; i < 65536; i++) nb_code_lut[i] = (uint8_t)(c8[i & 255] | (c8[i >> 8] << 4));
+}
+
+void nb_synth_code_table(uint8_t c8[256])
+{
+    pthread_once(&nb_lut_once, nb_build_lut);
+    memcpy(c8, nb_code_c8, 256);
 }
 
 float nb_synth_nvfp4_global_scale(double init_std)

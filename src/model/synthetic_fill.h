@@ -22,6 +22,10 @@
 
 #include "nibble.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum nb_synth_fill {
     NB_SYNTH_CONST_F32,   /* every element = value */
     NB_SYNTH_NORMAL_F32,  /* normal(0, value) */
@@ -50,10 +54,19 @@ void nb_synth_fill_range(const nb_synth_job *j, size_t a, size_t b);
  * so a thread that cannot be started only costs speed (logged), never bytes. */
 void nb_synth_fill_all(const nb_synth_job *jobs, size_t n_jobs, int threads, size_t chunk);
 
+/* The 256-entry E2M1 code table of the NVFP4 streams (a code byte is
+ * table[lo byte] | table[hi byte] << 4 of its 16-bit field): what a device port of the
+ * streams needs (model/cuda/synth_fill_cuda.h). */
+void nb_synth_code_table(uint8_t c8[256]);
+
 /* weight_scale_2 of every synthetic NVFP4 tensor for a target weight std. */
 float nb_synth_nvfp4_global_scale(double init_std);
 
 /* Online cores (at least 1). */
 int nb_synth_default_threads(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -12,6 +12,8 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/progress.h"
+#include "model/synthetic.h"
+#include "ops/cpu/cpu_ops.h" /* the context's stream, for the device fills */
 #if NIBBLE_HAVE_CUDA
 #include "ops/cuda/cuda_ops.h"
 #endif
@@ -32,7 +34,8 @@ typedef struct up_state {
     nb_weight *host_arrays[3 * NB_MAX_LAYERS]; /* the twin's per-expert nb_weight arrays (host) */
     int n_arrays;
     int pass; /* 0: mark, 1: translate */
-    uint64_t total, done;
+    const struct nb_synth_deferred *plan; /* deferred synthetic tensors: generated on the device */
+    uint64_t total, done, generated;
     nb_progress prog;
     nb_status st;
 } up_state;
@@ -85,10 +88,15 @@ static const void *xlate(up_state *s, const void *p, size_t bytes)
     if (t) {
         if (!t->d) {
             t->d = nb_ops_alloc(s->ctx, t->bytes);
-            if (!t->d || (s->st = nb_ops_upload(s->ctx, t->d, t->h, t->bytes)) != NB_OK) {
-                if (s->st == NB_OK) s->st = NB_ERR_OUT_OF_MEMORY;
+            if (!t->d) {
+                s->st = NB_ERR_OUT_OF_MEMORY;
                 return NULL;
             }
+            int gen = 0; /* a deferred synthetic tensor: generated in place, its host bytes unread */
+            if (s->plan && (s->st = nb_synthetic_deferred_fill(s->plan, t->h, t->d, t->bytes, s->ctx->stream, &gen)))
+                return NULL;
+            if (!gen && (s->st = nb_ops_upload(s->ctx, t->d, t->h, t->bytes)) != NB_OK) return NULL;
+            if (gen) s->generated += t->bytes;
             s->done += t->bytes;
             nb_progress_update(&s->prog, s->done);
         }
@@ -201,7 +209,7 @@ void nb_model_upload_free(nb_model *dev)
     free(dev);
 }
 
-nb_status nb_model_upload(const nb_model *host, nb_ops_ctx *ctx, nb_model **out)
+static nb_status upload(const nb_model *host, const struct nb_synth_deferred *plan, nb_ops_ctx *ctx, nb_model **out)
 {
     *out = NULL;
     nb_model *m = malloc(sizeof *m);
@@ -220,6 +228,7 @@ nb_status nb_model_upload(const nb_model *host, nb_ops_ctx *ctx, nb_model **out)
     m->params.device = nb_ops_ctx_device(ctx);
     up_state *s = &o->s;
     s->ctx = ctx;
+    s->plan = plan;
     s->n = nb_checkpoint_count(host->ck);
     s->t = calloc((size_t)(s->n > 0 ? s->n : 1), sizeof *s->t);
     if (!s->t) {
@@ -246,8 +255,16 @@ nb_status nb_model_upload(const nb_model *host, nb_ops_ctx *ctx, nb_model **out)
     }
     double secs = (double)(nb_now_ns() - t0) / 1e9;
     char b[32];
-    NB_LOG_INFO("cuda", "weights: %s to the device in %.2f s (%.2f GB/s)", nb_format_bytes((double)s->done, b, sizeof b),
-                secs, secs > 0 ? (double)s->done / secs / 1e9 : 0.0);
+    if (plan) {
+        char g[32], c2[32];
+        NB_LOG_INFO("cuda", "weights: %s on the device in %.2f s (%s generated there, %s copied)",
+                    nb_format_bytes((double)s->done, b, sizeof b), secs,
+                    nb_format_bytes((double)s->generated, g, sizeof g),
+                    nb_format_bytes((double)(s->done - s->generated), c2, sizeof c2));
+    } else {
+        NB_LOG_INFO("cuda", "weights: %s to the device in %.2f s (%.2f GB/s)",
+                    nb_format_bytes((double)s->done, b, sizeof b), secs, secs > 0 ? (double)s->done / secs / 1e9 : 0.0);
+    }
 #if NIBBLE_HAVE_CUDA
     const char *mode = getenv("NIBBLE_CUDA_MOE");
     if (nb_ops_ctx_device(ctx) == NB_DEVICE_CUDA && !(mode && !strcmp(mode, "generic"))) {
@@ -260,17 +277,27 @@ nb_status nb_model_upload(const nb_model *host, nb_ops_ctx *ctx, nb_model **out)
                                  host->layers[l].exp_up, host->layers[l].exp_down};
             nb_moe_weights dw = {c->n_routed_experts, c->hidden_size, c->moe_intermediate_size, m->layers[l].exp_gate,
                                  m->layers[l].exp_up, m->layers[l].exp_down};
-            nb_status rs = nb_cuda_moe_register(ctx, &dw, &hw);
+            nb_status rs = nb_cuda_moe_register(ctx, &dw, plan ? NULL : &hw); /* NULL: repack on the device */
             if (rs == NB_OK) reg++;
             else if (rs != NB_ERR_UNSUPPORTED) {
                 nb_model_upload_free(m);
                 return nb_error_wrap(rs, "layer %d experts", l);
             }
         }
-        if (moe) NB_LOG_INFO("cuda", "routed experts: %d of %d MoE layers on the repacked NVFP4 kernels%s", reg, moe,
+        if (moe) NB_LOG_INFO("cuda", "routed experts: %d of %d MoE layers on the repacked NVFP4 kernels (repacked on "
+                             "the %s in %.2f s)%s", reg, moe, plan ? "device" : "host",
+                             (double)(nb_now_ns() - t0) / 1e9 - secs,
                              reg < moe ? " (the others on the generic float32 kernels)" : "");
     }
 #endif
     *out = m;
     return NB_OK;
+}
+
+nb_status nb_model_upload(const nb_model *host, nb_ops_ctx *ctx, nb_model **out) { return upload(host, NULL, ctx, out); }
+
+nb_status nb_model_upload_deferred(const nb_model *host, const struct nb_synth_deferred *plan, nb_ops_ctx *ctx,
+                                   nb_model **out)
+{
+    return upload(host, plan, ctx, out);
 }

@@ -40,7 +40,8 @@ int nb_cuda_linear_should_use_lt(int64_t tokens, nb_wfmt fmt);
 /* Routed experts in repacked NVFP4 (ops/cuda/moe.h) for one layer's nb_moe_weights: after
  * registration, nb_cuda_moe_experts on weights whose `gate` array is `dev->gate` runs the
  * MoE engineer's W4A16 kernels (BF16 activations) instead of the generic float32 kernel.
- * `host` holds the same experts in host memory (ModelOpt layout) for the repack; every
+ * `host` holds the same experts in host memory (ModelOpt layout) for the repack, or is NULL:
+ * then the repack runs on the GPU from `dev`'s copies (ops/cuda/synth_repack.h); every
  * expert must be NVFP4 with inter % 16 == 0 and hidden % 256 == 0 (else NB_ERR_UNSUPPORTED,
  * and the generic path stays in use). Synchronous (uploads). */
 nb_status nb_cuda_moe_register(nb_ops_ctx *ctx, const nb_moe_weights *dev, const nb_moe_weights *host);

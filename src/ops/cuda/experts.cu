@@ -16,6 +16,7 @@
 #include "base/log.h"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/moe.h"
+#include "ops/cuda/synth_repack.h"
 
 typedef struct nb_cuda_moe_reg {
     const nb_weight *key;  /* the host nb_weight array (gate) this entry describes */
@@ -298,24 +299,57 @@ extern "C" int nb_cuda_moe_is_registered(nb_ops_ctx *ctx, const nb_moe_weights *
     return 0;
 }
 
-extern "C" nb_status nb_cuda_moe_register(nb_ops_ctx *ctx, const nb_moe_weights *dev, const nb_moe_weights *host)
+// The repack from the device copies (no host copy: synthetic models generated on the GPU),
+// into r->rbuf laid out as below; ops/cuda/synth_repack.h.
+static nb_status register_from_device(nb_ops_ctx *ctx, nb_cuda_moe_reg *r, const nb_moe_weights *dev, size_t total)
 {
-    const int E = host->n_experts, H = host->hidden, I = host->inter;
-    if (dev->n_experts != E || dev->hidden != H || dev->inter != I)
-        return nb_error(NB_ERR_INVALID_ARG, "moe register: host and device expert shapes differ");
-    for (int e = 0; e < E; e++)
-        if (host->gate[e].fmt != NB_WFMT_NVFP4 || host->up[e].fmt != NB_WFMT_NVFP4 || host->down[e].fmt != NB_WFMT_NVFP4)
-            return nb_error(NB_ERR_UNSUPPORTED, "moe register: expert %d is not NVFP4", e);
-    if (I % NB_MOE_ROW_TILE || H % NB_MOE_ROW_TILE || H % NB_MOE_K_GROUP || I % NB_MOE_K_GROUP)
-        return nb_error(NB_ERR_UNSUPPORTED, "moe register: hidden %d / inter %d do not tile the repacked layout (%d, %d)",
-                        H, I, NB_MOE_ROW_TILE, NB_MOE_K_GROUP);
-    nb_cuda_moe_reg *r;
-    NB_TRY(reg_get(ctx, dev, &r));
-    if (r->repacked) return NB_OK;
+    const int E = dev->n_experts, H = dev->hidden, I = dev->inter;
     const size_t w13 = nb_moe_packed_weight_bytes(2 * I, H), s13 = nb_moe_packed_scale_bytes(2 * I, H);
     const size_t w2 = nb_moe_packed_weight_bytes(H, I), s2 = nb_moe_packed_scale_bytes(H, I);
-    const size_t per = w13 + s13 + w2 + s2;
-    const size_t total = per * (size_t)E + (size_t)E * 3 * sizeof(float);
+    float *g = (float *)malloc((size_t)E * 3 * sizeof(float));
+    if (!g) return nb_error(NB_ERR_OUT_OF_MEMORY, "moe register: global scales");
+    if (cudaMalloc(&r->rbuf, total) != cudaSuccess) {
+        cudaGetLastError();
+        free(g);
+        return nb_error(NB_ERR_OUT_OF_MEMORY, "moe register: %zu bytes of repacked experts on the device", total);
+    }
+    uint8_t *W13 = (uint8_t *)r->rbuf, *S13 = W13 + w13 * E, *W2 = S13 + s13 * E, *S2 = W2 + w2 * E;
+    cudaStream_t s = nb_cuda_stream(ctx);
+    nb_status st = NB_OK;
+    for (int e = 0; e < E && st == NB_OK; e++) {
+        const nb_weight *ga = &dev->gate[e], *up = &dev->up[e], *dn = &dev->down[e];
+        nb_nvfp4_dev_rows a = {(const uint8_t *)ga->data, (const uint8_t *)ga->scale, ga->row_stride,
+                                 ga->scale_row_stride, I};
+        nb_nvfp4_dev_rows b = {(const uint8_t *)up->data, (const uint8_t *)up->scale, up->row_stride,
+                                 up->scale_row_stride, I};
+        nb_nvfp4_dev_rows d = {(const uint8_t *)dn->data, (const uint8_t *)dn->scale, dn->row_stride,
+                                 dn->scale_row_stride, H};
+        st = nb_moe_repack_nvfp4_cuda("gate_up", &a, &b, 2 * I, H, W13 + w13 * e, S13 + s13 * e, s);
+        if (st == NB_OK) st = nb_moe_repack_nvfp4_cuda("down", &d, NULL, H, I, W2 + w2 * e, S2 + s2 * e, s);
+        g[2 * e] = ga->global_scale;
+        g[2 * e + 1] = up->global_scale;
+        g[2 * E + e] = dn->global_scale;
+    }
+    if (st == NB_OK &&
+        (cudaMemcpyAsync(S2 + s2 * E, g, (size_t)E * 3 * sizeof(float), cudaMemcpyHostToDevice, s) != cudaSuccess ||
+         cudaStreamSynchronize(s) != cudaSuccess)) {
+        cudaGetLastError();
+        st = nb_error(NB_ERR_CUDA, "moe register: repacking %d experts on the device", E);
+    }
+    free(g);
+    if (st != NB_OK) {
+        cudaFree(r->rbuf);
+        r->rbuf = NULL;
+    }
+    return st;
+}
+
+// The original host repack: stage every expert's repacked bytes in host memory, upload.
+static nb_status register_from_host(nb_cuda_moe_reg *r, const nb_moe_weights *host, size_t total)
+{
+    const int E = host->n_experts, H = host->hidden, I = host->inter;
+    const size_t w13 = nb_moe_packed_weight_bytes(2 * I, H), s13 = nb_moe_packed_scale_bytes(2 * I, H);
+    const size_t w2 = nb_moe_packed_weight_bytes(H, I), s2 = nb_moe_packed_scale_bytes(H, I);
     uint8_t *hbuf = (uint8_t *)malloc(total);
     uint8_t *tc = (uint8_t *)malloc(w13 + s13);
     if (!hbuf || !tc) {
@@ -348,7 +382,29 @@ extern "C" nb_status nb_cuda_moe_register(nb_ops_ctx *ctx, const nb_moe_weights 
         }
     }
     free(hbuf);
-    if (st != NB_OK) return st;
+    return st;
+}
+
+extern "C" nb_status nb_cuda_moe_register(nb_ops_ctx *ctx, const nb_moe_weights *dev, const nb_moe_weights *host)
+{
+    const nb_moe_weights *src = host ? host : dev; // no host copy: repack on the device
+    const int E = src->n_experts, H = src->hidden, I = src->inter;
+    if (dev->n_experts != E || dev->hidden != H || dev->inter != I)
+        return nb_error(NB_ERR_INVALID_ARG, "moe register: host and device expert shapes differ");
+    for (int e = 0; e < E; e++)
+        if (src->gate[e].fmt != NB_WFMT_NVFP4 || src->up[e].fmt != NB_WFMT_NVFP4 || src->down[e].fmt != NB_WFMT_NVFP4)
+            return nb_error(NB_ERR_UNSUPPORTED, "moe register: expert %d is not NVFP4", e);
+    if (I % NB_MOE_ROW_TILE || H % NB_MOE_ROW_TILE || H % NB_MOE_K_GROUP || I % NB_MOE_K_GROUP)
+        return nb_error(NB_ERR_UNSUPPORTED, "moe register: hidden %d / inter %d do not tile the repacked layout (%d, %d)",
+                        H, I, NB_MOE_ROW_TILE, NB_MOE_K_GROUP);
+    nb_cuda_moe_reg *r;
+    NB_TRY(reg_get(ctx, dev, &r));
+    if (r->repacked) return NB_OK;
+    const size_t w13 = nb_moe_packed_weight_bytes(2 * I, H), s13 = nb_moe_packed_scale_bytes(2 * I, H);
+    const size_t w2 = nb_moe_packed_weight_bytes(H, I), s2 = nb_moe_packed_scale_bytes(H, I);
+    const size_t per = w13 + s13 + w2 + s2;
+    const size_t total = per * (size_t)E + (size_t)E * 3 * sizeof(float);
+    NB_TRY(host ? register_from_host(r, host, total) : register_from_device(ctx, r, dev, total));
     uint8_t *d = (uint8_t *)r->rbuf;
     r->rw.experts = E;
     r->rw.hidden = H;

@@ -470,3 +470,14 @@ extern "C" nb_status nb_bench_gemm_run(const nb_bench_gemm_params *p)
     cudaEventDestroy(e1);
     return st;
 }
+
+// The ceilings alone, for other benchmarks' floors (nibble bench-offline).
+extern "C" nb_status nb_bench_ceilings(double *copy_GBps, double *bf16_TFLOPs, char *device, int cap)
+{
+    ceilings c;
+    NB_TRY(measure_ceilings(&c));
+    *copy_GBps = c.copy_GBps;
+    *bf16_TFLOPs = c.bf16_TFLOPs;
+    if (device && cap > 0) snprintf(device, (size_t)cap, "%s", c.device);
+    return NB_OK;
+}

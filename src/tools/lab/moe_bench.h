@@ -42,6 +42,12 @@ nb_bench_gemm_params nb_bench_gemm_default_params(void);
  * tokens on nibble's kernels, beside cuBLASLt BF16 on the same shapes. */
 nb_status nb_bench_gemm_run(const nb_bench_gemm_params *p);
 
+/* The two ceilings above, measured now on device 0 (about 4 GiB of device memory for a
+ * moment; prints one line): copy bandwidth in GB/s (2 GiB device-to-device, read + write)
+ * and the cuBLASLt BF16 matmul rate in TFLOP/s (8192^3), medians of 10 after warm-up.
+ * `device` (cap bytes) gets the device description. NB_ERR_CUDA without a GPU. */
+nb_status nb_bench_ceilings(double *copy_GBps, double *bf16_TFLOPs, char *device, int cap);
+
 #ifdef __cplusplus
 }
 #endif
