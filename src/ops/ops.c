@@ -10,8 +10,10 @@
 
 #include "base/error.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/cpu/sample.h"
 #if NIBBLE_HAVE_CUDA
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/sample.h"
 #endif
 
 static nb_tensor tensor_nd(void *data, nb_dtype dt, int ndim, const int64_t *shape)
@@ -369,4 +371,17 @@ nb_status nb_op_moe_experts(nb_ops_ctx *ctx, const nb_tensor *x, const nb_tensor
 {
     NB_TRY(nb_moe_experts_shapes(x, ids, weights, w, out));
     NB_DISPATCH("moe_experts", moe_experts(ctx, x, ids, weights, w, accumulate, out));
+}
+nb_status nb_op_sample(nb_ops_ctx *ctx, nb_tensor *logits, const nb_sample_params *params,
+                       const nb_sample_hist *hist, nb_sample_out *out)
+{
+    NB_TRY(nb_need("sample", "logits", logits, 2));
+    if (!params || !out) return nb_error(NB_ERR_INVALID_ARG, "sample: params or out is NULL");
+    if (logits->shape[1] < 1 || logits->shape[1] > NB_SAMPLE_MAX_VOCAB || !nb_tensor_is_contiguous(logits))
+        return nb_error(NB_ERR_INVALID_ARG, "sample: logits [%lld, %lld] must be contiguous with 1..%d columns",
+                        (long long)logits->shape[0], (long long)logits->shape[1], NB_SAMPLE_MAX_VOCAB);
+    if (hist && hist->n_entries > 0 && (!hist->off || !hist->token || !hist->count))
+        return nb_error(NB_ERR_INVALID_ARG, "sample: history of %lld entries without its arrays",
+                        (long long)hist->n_entries);
+    NB_DISPATCH("sample", sample(ctx, logits, params, hist, out));
 }

@@ -281,6 +281,59 @@ typedef struct nb_moe_weights {
 nb_status nb_op_moe_experts(nb_ops_ctx *ctx, const nb_tensor *x, const nb_tensor *ids, const nb_tensor *weights,
                             const nb_moe_weights *w, int accumulate, nb_tensor *out);
 
+/* ---- sampling -------------------------------------------------------------------------- */
+
+/* One logits row's sampling request (engine/sampling.h has the semantics; the arithmetic is
+ * ops/sample_math.h, shared by both backends so they draw the same token). */
+typedef struct nb_sample_params {
+    float temperature;        /* <= 0: greedy (argmax of the penalized logits, lowest id on ties) */
+    float top_p;              /* (0, 1]; >= 1: off */
+    float min_p;              /* [0, 1]; 0: off */
+    float repetition_penalty; /* 1: off */
+    float frequency_penalty;  /* 0: off */
+    float presence_penalty;   /* 0: off */
+    int32_t top_k;            /* <= 0 or >= vocab: off */
+    int32_t n_top;            /* top log-probabilities wanted, 0..NB_MAX_TOP_LOGPROBS */
+    int32_t want_logprob;     /* 1: the log-probability of the drawn token */
+    int32_t skip;             /* 1: this row is not sampled (its out entry is left alone) */
+    uint64_t seed;
+    uint64_t k;               /* counter of the draw: index of the output token being drawn */
+} nb_sample_params;
+
+typedef struct nb_sample_out {
+    int32_t token;
+    float logprob;            /* of token under log_softmax(raw logits); 0 unless want_logprob */
+    int32_t n_top;            /* min(n_top, vocab) */
+    int32_t top_id[NB_MAX_TOP_LOGPROBS];      /* best first (raw logits; ties: lower id) */
+    float top_logprob[NB_MAX_TOP_LOGPROBS];
+} nb_sample_out;
+
+/* The penalty history in CSR form: row r's entries are [off[r], off[r+1]); each is a distinct
+ * token of the row's prompt or output and its number of occurrences in the output (0: only in
+ * the prompt). n_entries = off[rows] (host-known, for scratch). A row without penalties may
+ * have entries: they are not used. Arrays on the op's device; NULL arrays with n_entries 0
+ * mean no history. */
+typedef struct nb_sample_hist {
+    const int32_t *off;       /* [rows + 1] */
+    const int32_t *token;     /* [n_entries] */
+    const int32_t *count;     /* [n_entries] */
+    int64_t n_entries;
+} nb_sample_hist;
+
+/* ids fit the keys' low 20 bits, and vocab * 2^44 (the largest total weight) fits 63 bits
+ * (ops/sample_math.h) */
+#define NB_SAMPLE_MAX_VOCAB (1 << 19)
+
+/* Per row r of logits (F32 [rows, vocab], contiguous; penalties are applied to it in place):
+ * penalties → greedy argmax, or p = softmax(l / T) → kept set by top_k, top_p, min_p → one
+ * draw with u = uniform(seed, k); out[r] gets the token and the requested log-probabilities
+ * (of the raw logits, before penalties). params, hist and out live on the op's device; the
+ * params are not validated there (engine/sampling.c validates requests; entries out of range
+ * are clamped or skipped, never read out of bounds). NB_ERR_INVALID_ARG for a vocabulary above
+ * NB_SAMPLE_MAX_VOCAB or a logits tensor of the wrong shape or device. */
+nb_status nb_op_sample(nb_ops_ctx *ctx, nb_tensor *logits, const nb_sample_params *params,
+                       const nb_sample_hist *hist, nb_sample_out *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,9 +1,14 @@
 /* Sampling (src/engine/sampling.c): chi-square of many seeded draws against the filtered
  * distribution computed here independently from the documented definition; seeds
  * reproduce; greedy ties; penalties; log-probabilities.
- * Run: build-eng/tests/test_sampling [name-substring] */
+ * Also: the CPU op's kept-set search (threshold + partial sort) against a full sort of the
+ * documented ranking, the id-order draw written out plainly, and the batched op (CSR
+ * history) against nb_sample_token row by row.
+ * Run: build-smp/tests/test_sampling [name-substring] */
 #include "engine/sampling.h"
 #include "nbtest.h"
+#include "ops/cpu/sample.h"
+#include "ops/sample_math.h"
 
 #define V 10
 static const float base_logits[V] = {2.0f, 1.5f, 1.0f, 0.5f, 0.0f, -0.5f, -1.0f, 0.3f, 1.2f, -2.0f};
@@ -225,12 +230,182 @@ static void test_validate(void)
     NB_CHECK_STATUS(nb_sampling_validate(&sp, V), NB_ERR_INVALID_ARG);
 }
 
+/* The definition in sampling.h spelled out with a full sort: weights, ranking, kept prefix,
+ * id-order walk. The op must pick the same token for every row. */
+static int cmp_u64_desc(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x > y ? -1 : x < y;
+}
+
+static int reference_draw(const float *l, int n, const nb_sample_params *p)
+{
+    float m = -INFINITY;
+    for (int i = 0; i < n; i++) m = nb_sm_clean(l[i]) > m ? nb_sm_clean(l[i]) : m;
+    float inv_t = 1.0f / p->temperature;
+    uint64_t *keys = malloc((size_t)n * sizeof *keys), *w = malloc((size_t)n * sizeof *w), total = 0;
+    float *e = malloc((size_t)n * sizeof *e);
+    int *kept = calloc((size_t)n, sizeof *kept);
+    for (int i = 0; i < n; i++) {
+        e[i] = nb_sm_weight_e(nb_sm_clean(l[i]), m, inv_t);
+        w[i] = nb_sm_weight(e[i]);
+        keys[i] = nb_sm_key(NB_SM_FBITS(e[i]), i);
+        total += w[i];
+    }
+    qsort(keys, (size_t)n, sizeof *keys, cmp_u64_desc);
+    uint64_t before = 0, mass = 0;
+    for (int r = 0; r < n; r++) {
+        int t = nb_sm_key_id(keys[r]);
+        int keep = r == 0 || ((p->top_k <= 0 || p->top_k >= n || r < p->top_k) &&
+                              (!(p->top_p < 1.0f) || before <= nb_sm_top_p_limit(p->top_p, total)) &&
+                              e[t] >= p->min_p);
+        if (!keep) break;
+        kept[t] = 1;
+        before += w[t];
+        mass += w[t];
+    }
+    uint64_t target = nb_sm_target(nb_sm_uniform(p->seed, p->k), mass), c = 0;
+    int tok = -1;
+    for (int i = 0; i < n && tok < 0; i++)
+        if (kept[i] && (c += w[i]) > target) tok = i;
+    free(keys);
+    free(w);
+    free(e);
+    free(kept);
+    return tok;
+}
+
+static void test_kept_set_vs_full_sort(void)
+{
+    enum { N = 3000 };
+    float *l = malloc(N * sizeof *l), *x = malloc(N * sizeof *x);
+    uint64_t *scr = malloc(NB_CPU_SAMPLE_SCRATCH(N) * sizeof *scr);
+    static const float temps[] = {0.2f, 0.7f, 1.0f, 3.0f};
+    static const int topk[] = {-1, 1, 7, 300, 2999};
+    static const float topp[] = {1.0f, 0.999f, 0.9f, 0.3f, 0.01f};
+    static const float minp[] = {0, 1e-6f, 0.01f, 0.5f};
+    uint64_t st = 5;
+    int bad = 0, trials = 0;
+    for (int t = 0; t < 400; t++) {
+        int ties = t % 3 == 0;
+        for (int i = 0; i < N; i++) {
+            double u = (double)(nb_mix64(st++) >> 11) / 9007199254740992.0;
+            float g = (float)((u - 0.5) * 12.0);
+            l[i] = ties ? floorf(g) : g;
+        }
+        nb_sample_params p;
+        memset(&p, 0, sizeof p);
+        p.temperature = temps[nb_mix64(st++) % 4];
+        p.top_k = topk[nb_mix64(st++) % 5];
+        p.top_p = topp[nb_mix64(st++) % 5];
+        p.min_p = minp[nb_mix64(st++) % 4];
+        p.repetition_penalty = 1.0f;
+        p.seed = nb_mix64(st++);
+        p.k = (uint64_t)t;
+        memcpy(x, l, N * sizeof *l);
+        nb_sample_out o;
+        nb_cpu_sample_row(x, N, &p, NULL, NULL, 0, scr, &o);
+        int want = reference_draw(l, N, &p);
+        trials++;
+        if (o.token != want && bad++ < 5)
+            fprintf(stderr, "  trial %d: op %d, full sort %d (T %g k %d p %g minp %g)\n", t, o.token, want,
+                    p.temperature, p.top_k, p.top_p, p.min_p);
+    }
+    NB_CHECK_MSG(bad == 0, "%d of %d draws differ from the full-sort definition", bad, trials);
+    free(l);
+    free(x);
+    free(scr);
+}
+
+/* The batched CPU op with a CSR history gives, row by row, what nb_sample_token gives. */
+static void test_op_rows_match_sample_token(void)
+{
+    enum { R = 12, N = 500, LEN = 40 };
+    nb_ops_ctx *ctx;
+    NB_CHECK_OK(nb_ops_ctx_new_cpu(3, &ctx));
+    nb_sampler s;
+    NB_CHECK_OK(nb_sampler_init(&s, N));
+    float *l = malloc((size_t)R * N * sizeof *l), *x = malloc((size_t)R * N * sizeof *x), row[N];
+    int32_t seq[R][LEN], off[R + 1] = {0}, tok[R * LEN], cnt[R * LEN];
+    nb_sample_params p[R];
+    nb_sample_out o[R];
+    nb_sampling_params sp[R];
+    for (int r = 0; r < R; r++) {
+        for (int i = 0; i < N; i++) l[r * N + i] = (float)((int)(nb_mix64((uint64_t)(r * N + i)) % 2000) - 1000) * 0.01f;
+        for (int i = 0; i < LEN; i++) seq[r][i] = (int32_t)(nb_mix64((uint64_t)(r * 77 + i) + 9) % 60);
+        sp[r] = nb_sampling_default_params();
+        sp[r].temperature = r % 4 == 0 ? 0.0f : 0.9f;
+        sp[r].top_p = r % 3 == 0 ? 0.8f : 1.0f;
+        sp[r].top_k = r % 5 == 0 ? 20 : -1;
+        sp[r].repetition_penalty = r % 2 ? 1.2f : 1.0f;
+        sp[r].frequency_penalty = r % 3 == 1 ? 0.4f : 0.0f;
+        sp[r].presence_penalty = r % 6 == 2 ? 0.7f : 0.0f;
+        sp[r].logprobs = r % 2;
+        sp[r].top_logprobs = r % 7;
+        int plen = 10 + r;
+        p[r] = nb_sample_params_for(&sp[r], 1000 + (uint64_t)r, (uint64_t)(LEN - plen));
+        int n = nb_sampler_history(&s, &sp[r], seq[r], plen, LEN, tok + off[r], cnt + off[r]);
+        off[r + 1] = off[r] + n;
+    }
+    memcpy(x, l, (size_t)R * N * sizeof *l);
+    nb_tensor t = nb_tensor_2d(x, NB_DTYPE_F32, R, N);
+    nb_sample_hist h = {off, tok, cnt, off[R]};
+    NB_CHECK_OK(nb_op_sample(ctx, &t, p, &h, o));
+    for (int r = 0; r < R; r++) {
+        memcpy(row, l + r * N, sizeof row);
+        nb_sample one;
+        nb_sample_token(&s, row, &sp[r], 1000 + (uint64_t)r, seq[r], 10 + r, LEN, &one);
+        NB_CHECK_MSG(one.token == o[r].token, "row %d: op %d, nb_sample_token %d", r, o[r].token, one.token);
+        NB_CHECK(!memcmp(row, x + r * N, sizeof row)); /* same penalized logits */
+        NB_CHECK(one.n_top == o[r].n_top);
+        if (sp[r].logprobs) NB_CHECK(one.logprob == o[r].logprob);
+        for (int j = 0; j < one.n_top && j < o[r].n_top; j++)
+            NB_CHECK(one.top[j].id == o[r].top_id[j] && one.top[j].logprob == o[r].top_logprob[j]);
+    }
+    /* a penalized row's drawn-token log-probability is that of its raw logit */
+    for (int r = 0; r < R; r++)
+        if (sp[r].logprobs && o[r].n_top == 0) {
+            double z = 0, m = -1e30;
+            for (int i = 0; i < N; i++) m = l[r * N + i] > m ? l[r * N + i] : m;
+            for (int i = 0; i < N; i++) z += exp(l[r * N + i] - m);
+            NB_CHECK_NEAR(o[r].logprob, l[r * N + o[r].token] - m - log(z), 1e-5);
+        }
+    /* skipped rows are left alone; a vocabulary too large is refused */
+    p[0].skip = 1;
+    o[0].token = -7;
+    NB_CHECK_OK(nb_op_sample(ctx, &t, p, &h, o));
+    NB_CHECK(o[0].token == -7);
+    nb_tensor big = nb_tensor_2d(x, NB_DTYPE_F32, 1, NB_SAMPLE_MAX_VOCAB + 1);
+    NB_CHECK_STATUS(nb_op_sample(ctx, &big, p, NULL, o), NB_ERR_INVALID_ARG);
+    NB_CHECK(strstr(nb_last_error(), "sample"));
+    free(l);
+    free(x);
+    nb_sampler_free(&s);
+    nb_ops_ctx_free(ctx);
+}
+
+/* The shared exp: exact at 0, close to exp elsewhere, 0 far below. */
+static void test_shared_exp(void)
+{
+    NB_CHECK(nb_sm_exp(0.0f) == 1.0f);
+    double worst = 0;
+    for (float a = -79.0f; a <= 0.0f; a += 0.001953125f) {
+        double rel = fabs(nb_sm_exp(a) / exp((double)a) - 1.0);
+        worst = rel > worst ? rel : worst;
+    }
+    NB_CHECK_MSG(worst < 4e-7, "max relative error %g", worst);
+    NB_CHECK(nb_sm_exp(-81.0f) == 0.0f && nb_sm_exp(-INFINITY) == 0.0f && nb_sm_exp(NAN) == 0.0f);
+}
+
 static const nb_test tests[] = {
     {"filters_chi_square", test_filters_chi_square},
     {"penalties", test_penalties},
     {"seeds_and_greedy", test_seeds_and_greedy},
     {"logprobs", test_logprobs},
     {"validate", test_validate},
+    {"kept_set_vs_full_sort", test_kept_set_vs_full_sort},
+    {"op_rows_match_sample_token", test_op_rows_match_sample_token},
+    {"shared_exp", test_shared_exp},
 };
 
 int main(int argc, char **argv) { return nb_test_main(tests, NB_ARRAY_LEN(tests), argc, argv); }
