@@ -37,7 +37,7 @@ int nb_cmd_bench_moe(int argc, char **argv)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: nibble bench-moe [--hidden 6144] [--inter 2048] [--experts 256] [--topk 8]\n"
                    "                        [--tokens 1,2,10,64,256,1024,2048] [--routing uniform|zipf]\n"
-                   "                        [--kernel auto|stream|mma] [--iters 30] [--weight-sets N] [--json F]\n");
+                   "                        [--kernel auto|stream|mma|wgmma] [--iters 30] [--weight-sets N] [--json F]\n");
             return 0;
         }
         if (!v) {
@@ -60,8 +60,8 @@ int nb_cmd_bench_moe(int argc, char **argv)
             return 2;
         }
     }
-    if (strcmp(p.kernel, "auto") && strcmp(p.kernel, "stream") && strcmp(p.kernel, "mma")) {
-        fprintf(stderr, "bench-moe: --kernel %s (auto, stream or mma)\n", p.kernel);
+    if (strcmp(p.kernel, "auto") && strcmp(p.kernel, "stream") && strcmp(p.kernel, "mma") && strcmp(p.kernel, "wgmma")) {
+        fprintf(stderr, "bench-moe: --kernel %s (auto, stream, mma or wgmma)\n", p.kernel);
         return 2;
     }
     if (nb_bench_moe_run(&p) != NB_OK) {

@@ -76,6 +76,13 @@ nb_status nb_tile_print_table(FILE *f, int sm)
         row(f, &c, lim);
     }
 
+    /* The wgmma kernel (ops/cuda/moe_wgmma.cu): weights expanded in registers (wgmma's A from
+     * registers), the token tile in a 3-deep ring of 128-wide k-slices; the whole block's
+     * shared memory as the launcher checks it. m = weight rows per block (4 warps x 2 x 16). */
+    nb_tile_config wg = {"moe wgmma (64 tokens)", 128, NB_MOE_WG_TILE, 128, 0.0, 2.0, 0, 0, NB_EPI_NONE,
+                         nb_moe_wg_smem_total(NB_MOE_WG_TILE)};
+    row(f, &wg, lim);
+
     /* Block-scaled FP4 x FP4 tiles (NVFP4, 16-element scale vectors), as CUTLASS's SM100/SM120
      * grouped GEMMs lay them out: the seeds' candidates. */
     fprintf(f, "block-scaled FP4 tensor-core tiles (A, B FP4 + E4M3 scales per 16 along K)\n");

@@ -1,8 +1,9 @@
 /* NVFP4 MoE kernels (ops/cuda/moe.h) against float64 CPU computations on the dequantized
  * ModelOpt weights, on fresh random inputs every run (seeded from the clock; the seed is
  * printed), with the workspace poisoned (NaN) first so unwritten intermediates fail.
- *   moe_*:    routed FFN, both kernels, edge cases (empty experts, one hot expert, ragged
- *             tiles, skipped ids, T = 16384 sampled, GLM-5 shapes), accumulate
+ *   moe_*:    routed FFN, all three kernels (wgmma on sm_90 only), edge cases (empty
+ *             experts, one hot expert over many tiles, ragged tiles, skipped ids,
+ *             T = 16384 sampled, GLM-5 shapes), accumulate
  *   shared:   the dense shared expert
  *   router_*: top-k router vs a CPU router written here (ids exact, weights 1e-5)
  * The repack round trip and the CPU op's agreement with the same float64 reference are
@@ -171,14 +172,27 @@ static void seed(void)
     fprintf(stderr, "  seed %llu\n", (unsigned long long)rng);
 }
 
+/* The wgmma kernel runs on sm_90 devices only (H100/H200); elsewhere its cases are skipped
+ * (said on stderr) and nb_moe_forward must refuse it. */
+static int have_wgmma(void)
+{
+    int dev = 0, major = 0, minor = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    if (major == 9 && minor == 0) return 1;
+    fprintf(stderr, "  sm_%d%d: wgmma kernel cases skipped\n", major, minor);
+    return 0;
+}
+
 static void test_moe_small(void)
 {
     if (!gpu_or_skip()) return;
     seed();
     experts x;
     NB_CHECK(experts_make(&x, 16, 512, 256) == 0);
-    const nb_moe_kernel ks[] = {NB_MOE_KERNEL_STREAM, NB_MOE_KERNEL_MMA};
-    for (int ki = 0; ki < 2; ki++) {
+    const nb_moe_kernel ks[] = {NB_MOE_KERNEL_STREAM, NB_MOE_KERNEL_MMA, NB_MOE_KERNEL_WGMMA};
+    for (int ki = 0; ki < 2 + have_wgmma(); ki++) {
         moe_case(&x, 1, 4, ROUTE_UNIFORM, ks[ki], 0, 1 << 30);
         moe_case(&x, 5, 4, ROUTE_UNIFORM, ks[ki], 0, 1 << 30);  /* fills no tile */
         moe_case(&x, 3, 2, ROUTE_UNIFORM, ks[ki], 0, 1 << 30);  /* most experts empty */
@@ -186,6 +200,8 @@ static void test_moe_small(void)
         moe_case(&x, 64, 4, ROUTE_FEW, ks[ki], 0, 1 << 30);     /* 5 hot experts, 11 empty */
         moe_case(&x, 40, 4, ROUTE_SKIP, ks[ki], 0, 1 << 30);    /* ids of -1 */
         moe_case(&x, 33, 4, ROUTE_UNIFORM, ks[ki], 1, 1 << 30); /* out += */
+        moe_case(&x, 300, 3, ROUTE_ONE_HOT, ks[ki], 0, 1 << 30); /* 5 tiles of one expert side by side */
+        moe_case(&x, 200, 8, ROUTE_UNIFORM, ks[ki], 0, 1 << 30); /* 100 per expert: 64 + 36 */
     }
     experts_free(&x);
 }
@@ -198,6 +214,7 @@ static void test_moe_big_t(void)
     NB_CHECK(experts_make(&x, 16, 256, 256) == 0);
     moe_case(&x, 16384, 8, ROUTE_UNIFORM, NB_MOE_KERNEL_MMA, 0, 48);
     moe_case(&x, 16384, 8, ROUTE_UNIFORM, NB_MOE_KERNEL_STREAM, 0, 48);
+    if (have_wgmma()) moe_case(&x, 16384, 8, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 48);
     moe_case(&x, 2000, 8, ROUTE_ONE_HOT, NB_MOE_KERNEL_AUTO, 0, 40);
     experts_free(&x);
 }
@@ -210,6 +227,10 @@ static void test_moe_glm5_shape(void)
     NB_CHECK(experts_make(&x, 4, 6144, 2048) == 0);
     moe_case(&x, 2, 2, ROUTE_UNIFORM, NB_MOE_KERNEL_STREAM, 0, 1 << 30);
     moe_case(&x, 3, 3, ROUTE_UNIFORM, NB_MOE_KERNEL_MMA, 0, 1 << 30);
+    if (have_wgmma()) {
+        moe_case(&x, 3, 3, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 1 << 30);
+        moe_case(&x, 150, 2, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 30); /* ~75 per expert */
+    }
     experts_free(&x);
 }
 

@@ -1,6 +1,7 @@
 /* The shared-memory planner (tools/tile_plan.h): byte sums of known tiles, the seeds'
  * 128x256x128 FP4 verdict on sm_120, and the refusal message. Run: build/tests/test_tile_plan */
 #include "nbtest.h"
+#include "ops/cuda/moe.h"
 #include "tools/tile_plan.h"
 
 static void test_sums(void)
@@ -23,6 +24,9 @@ static void test_sums(void)
     c.epi = NB_EPI_F32;
     NB_CHECK(nb_tile_plan(&c).epilogue == 131072);
     NB_CHECK_STATUS(nb_tile_check(&c, 121), NB_ERR_INVALID_ARG);
+    /* The wgmma kernel: 3 stages x 64 tokens x 128 k x 2 bytes + 1 KiB alignment + 64 row
+     * offsets + 2 item slots. */
+    NB_CHECK(nb_moe_wg_smem_total(64) == 3 * 16384 + 1024 + 512 + 8);
 }
 
 static void test_table(void)
@@ -37,6 +41,7 @@ static void test_table(void)
     NB_CHECK(fread(buf, 1, (size_t)n, f) == (size_t)n);
     NB_CHECK(strstr(buf, "unusable here") != NULL);
     NB_CHECK(strstr(buf, "moe stream (8 tokens)") != NULL);
+    NB_CHECK(strstr(buf, "moe wgmma (64 tokens)") != NULL);
     free(buf);
     fclose(f);
     NB_CHECK_STATUS(nb_tile_print_table(stdout, 7), NB_ERR_INVALID_ARG);

@@ -55,6 +55,23 @@ static inline size_t nb_moe_smem_bytes(int nt, int gate_up)
     return red + stage;
 }
 
+/* The wgmma kernel (sm_90a; many tokens per expert): token tiles of up to NB_MOE_WG_TILE
+ * tokens; a ring of NB_MOE_WG_STAGES stages, each a 128-wide k-slice of the token tile
+ * ([nmax tokens][128 k] BF16, 128-byte swizzled), in dynamic shared memory (+1 KB for
+ * aligning the ring to 1024 bytes), plus nmax row offsets. */
+#define NB_MOE_WG_TILE 64
+#define NB_MOE_WG_STAGES 3
+static inline size_t nb_moe_wg_smem_bytes(int nmax)
+{
+    return (size_t)NB_MOE_WG_STAGES * 128u * 2u * (size_t)nmax;
+}
+/* All of a wgmma block's shared memory (what the launcher checks against the opt-in limit):
+ * the ring, its alignment slack, the row offsets and the two item slots. */
+static inline size_t nb_moe_wg_smem_total(int nmax)
+{
+    return nb_moe_wg_smem_bytes(nmax) + 1024u + 8u * (size_t)nmax + 8u;
+}
+
 /* Bytes of the repacked weight codes and scales of one [n, k] matrix (the same as the
  * ModelOpt tensors: n*k/2 and n*k/16). */
 static inline size_t nb_moe_packed_weight_bytes(int n, int k) { return (size_t)n * (size_t)k / 2; }
@@ -74,7 +91,12 @@ void nb_moe_packed_get(const uint8_t *w, const uint8_t *s, int n, int k, int row
 
 /* ---- the FFN ------------------------------------------------------------------------ */
 
-typedef enum nb_moe_kernel { NB_MOE_KERNEL_AUTO = 0, NB_MOE_KERNEL_STREAM, NB_MOE_KERNEL_MMA } nb_moe_kernel;
+typedef enum nb_moe_kernel {
+    NB_MOE_KERNEL_AUTO = 0,
+    NB_MOE_KERNEL_STREAM,
+    NB_MOE_KERNEL_MMA,
+    NB_MOE_KERNEL_WGMMA, /* sm_90 devices only (needs the sm_90a build target) */
+} nb_moe_kernel;
 
 /* Device pointers of E experts' repacked weights, experts back to back:
  *   w13/s13: [E][2*inter, hidden] (rows 0..inter-1 gate, inter..2*inter-1 up)

@@ -22,21 +22,7 @@
 #include "base/log.h"
 #include "ops/cuda/device.h"
 #include "ops/cuda/moe.h"
-
-#define MOE_WARPS NB_MOE_WARPS
-#define MOE_THREADS (MOE_WARPS * 32)
-#define MOE_MIN_TILE 8   // tokens per tile of the stream kernel (smallest)
-#define MOE_MAX_EXPERTS 1024
-#define MOE_ACC_FIX 128.0f  // 2^7: undoes the 2^-7 left in the expanded weights
-
-// ---- device helpers --------------------------------------------------------------------
-
-__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b)
-{
-    uint32_t d;
-    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-    return d;
-}
+#include "ops/cuda/moe_dev.h"
 
 __device__ __forceinline__ void mma_bf16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint32_t b0, uint32_t b1)
@@ -47,75 +33,13 @@ __device__ __forceinline__ void mma_bf16(float c[4], uint32_t a0, uint32_t a1, u
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// Streamed once: keep it out of L1.
-__device__ __forceinline__ uint4 ld_stream(const void *p)
-{
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
-__device__ __forceinline__ uint2 ld_stream2(const void *p)
-{
-    uint2 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
-    return v;
-}
-
-// Two E4M3 scale bytes (row g in bits 0..7, row g+8 in bits 8..15) -> BF16x2 broadcasts of
-// scale * 2^119 for each row. The bytes are first placed as BF16 bit patterns equal to
-// e4m3 * 2^-120 (E4M3 subnormals land on BF16 subnormals, still exact), then scaled by
-// 2^120 and 2^119 (0x7B80, 0x7B00).
-__device__ __forceinline__ void expand_scales(uint32_t two, uint32_t &sg, uint32_t &sg8)
-{
-    uint32_t v = __byte_perm(two, 0, 0x4140);
-    uint32_t h = ((v << 4) & 0x07F007F0u) | ((v << 8) & 0x80008000u);
-    h = bf16x2_mul(bf16x2_mul(h, 0x7B807B80u), 0x7B007B00u);
-    sg = __byte_perm(h, 0, 0x1010);
-    sg8 = __byte_perm(h, 0, 0x3232);
-}
-
-// One word of 8 codes -> the four A registers of one k-step (moe_repack.c's pairs P0..P3),
-// each e2m1 * e4m3 * 2^-7 in BF16.
-__device__ __forceinline__ void expand_codes(uint32_t w, uint32_t sg, uint32_t sg8, uint32_t a[4])
-{
-    uint32_t r0 = w & 0x81C081C0u;
-    uint32_t r1 = (w << 3) & 0x81C081C0u;
-    uint32_t r2 = (w << 6) & 0x81C081C0u;
-    uint32_t r3 = ((w >> 4) & 0x00C000C0u) | ((w >> 5) & 0x01000100u) | ((w << 1) & 0x80008000u);
-    a[0] = bf16x2_mul(r0, sg);
-    a[1] = bf16x2_mul(r1, sg8);
-    a[2] = bf16x2_mul(r2, sg);
-    a[3] = bf16x2_mul(r3, sg8);
-}
-
-__device__ __forceinline__ uint16_t f32_to_bf16_rn(float f)
-{
-    uint32_t u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-// ---- routing: slots into expert order, token tiles -----------------------------------------
-
-struct moe_ws {
-    int *n_tiles;    // [1]
-    int *work;       // [2] next item to take; zeroing items finished
-    int *offsets;    // [E + 1] first sorted position of each expert
-    int *sorted;     // [T*k] slot ids (t*k + j) in expert order
-    int4 *tiles;     // [max_tiles] (expert, first sorted position, count, 0)
-    int *done;       // [max_tiles] gate_up items finished per tile
-    uint16_t *act;   // [T*k, inter] BF16, in expert order
-};
+// ---- workspace, routing: slots into expert order, token tiles ------------------------------
 
 static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
 static size_t moe_max_tiles(int slots, int experts) { return (size_t)slots / MOE_MIN_TILE + (size_t)experts + 1; }
 
-static size_t moe_ws_layout(int experts, int inter, int slots, char *base, moe_ws *ws)
+static size_t moe_ws_layout(int experts, int hidden, int inter, int tokens, int slots, char *base, moe_ws *ws)
 {
     size_t off = 0, mt = moe_max_tiles(slots, experts);
 #define MOE_WS_PART(field, type, count)                                                   \
@@ -130,14 +54,10 @@ static size_t moe_ws_layout(int experts, int inter, int slots, char *base, moe_w
     MOE_WS_PART(tiles, int4, mt);
     MOE_WS_PART(done, int, mt);
     MOE_WS_PART(act, uint16_t, (size_t)slots * (size_t)inter);
+    MOE_WS_PART(xp, uint16_t, (size_t)tokens * (size_t)hidden);
 #undef MOE_WS_PART
     return off;
 }
-
-// Programmatic dependent launch (sm_90+): let the next kernel in the stream start its
-// launch now / wait here until the previous kernel has finished and its writes are visible.
-__device__ __forceinline__ void griddep_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;"); }
-__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
 // One block of 1024 threads. ids == NULL: dense mode (slot t -> expert 0). Also resets the
 // FFN kernel's work counters.
@@ -172,8 +92,10 @@ __global__ void __launch_bounds__(1024) moe_route_kernel(const int32_t *ids, int
     if (tid < experts) {
         cur[tid] = first;
         ws.offsets[tid] = first;
+        // .w: the tile's index among its expert's tiles and their number (the wgmma kernel
+        // runs an expert's tiles side by side so that their weights come from HBM once).
         for (int j = 0; j < nt; j++) {
-            ws.tiles[tfirst + j] = make_int4(tid, first + j * tile, min(tile, c - j * tile), 0);
+            ws.tiles[tfirst + j] = make_int4(tid, first + j * tile, min(tile, c - j * tile), j | (nt << 16));
             ws.done[tfirst + j] = 0;
         }
     }
@@ -189,25 +111,6 @@ __global__ void __launch_bounds__(1024) moe_route_kernel(const int32_t *ids, int
 }
 
 // ---- the FFN kernel ------------------------------------------------------------------------
-
-struct moe_params {
-    const uint8_t *w13, *s13, *w2, *s2;  // repacked matrices of all experts
-    const float *g13, *g2;               // weight_scale_2: gate/up [E][2], down [E]
-    int hidden, inter, topk;
-    const uint16_t *x;                   // [T, hidden]
-    uint16_t *act;                       // [slots, inter] in expert order
-    const int *sorted;
-    const int4 *tiles;
-    const int *n_tiles;
-    const float *route_w;                // [T*k] or NULL
-    float *out;                          // [T, hidden]
-    size_t zero_elems;                   // floats of out to zero first (0: accumulate)
-    int *work, *done;
-    int ks_gu, ks_dn;                    // warps splitting K per row-tile pair: 1, 2 or 4
-};
-
-// Floats of `out` one zeroing item clears (8 float4 per thread).
-#define MOE_ZERO_CHUNK (MOE_THREADS * 4 * 8)
 
 // One 64-wide k-tile of one warp: expand the codes of two 16-row tiles (gate and up rows,
 // or two down tiles) and multiply with NT token fragments whose 16 BF16 per lane are in
@@ -255,16 +158,6 @@ __device__ __forceinline__ uint4 ld_act(const uint16_t *p)
 #define MOE_BROW NB_MOE_B_ROW_BYTES
 #define MOE_STAGED(nt) ((nt) >= NB_MOE_NT_MMA)
 
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid)
-{
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-
 // All threads of the block: token rows of k-group kg into buf (rows past the tile: zeros).
 template <int NT>
 __device__ __forceinline__ void moe_stage_tokens(char *buf, const uint16_t *base, const long long *row, int kg)
@@ -277,23 +170,6 @@ __device__ __forceinline__ void moe_stage_tokens(char *buf, const uint16_t *base
     }
     cp_async_commit();
 }
-
-// Weight codes and scales of k-group kg of both row tiles into registers (this lane's
-// 2 x 64 + 2 x 8 bytes).
-__device__ __forceinline__ void moe_load_group(const uint8_t *wap, const uint8_t *wbp, const uint8_t *sap,
-                                               const uint8_t *sbp, int kg, uint4 (&wa)[4], uint4 (&wb)[4], uint2 &sa,
-                                               uint2 &sb)
-{
-#pragma unroll
-    for (int qq = 0; qq < 4; qq++) {
-        wa[qq] = ld_stream(wap + (size_t)(kg * 4 + qq) * 512);
-        wb[qq] = ld_stream(wbp + (size_t)(kg * 4 + qq) * 512);
-    }
-    sa = ld_stream2(sap + (size_t)kg * 256);
-    sb = ld_stream2(sbp + (size_t)kg * 256);
-}
-
-// The NT token fragments of k-tile q (16 BF16 per lane per fragment).
 template <int NT, bool DN>
 __device__ __forceinline__ void moe_load_b(const uint16_t *const *brow, int q, uint32_t (*b)[8])
 {
@@ -490,20 +366,6 @@ __device__ __forceinline__ void moe_item(const moe_params &p, moe_smem_probe<NT>
     __syncthreads();
 }
 
-__device__ __forceinline__ int ld_acquire(const int *p)
-{
-    int v;
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-
-// After a __syncthreads: publishes the block's writes (cumulative release at GPU scope).
-__device__ __forceinline__ void add_release(int *p, int v)
-{
-    asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
-// Blocks per SM the register cap aims at: 16 warps for one fragment (the stream regime needs
 // many independent loads in flight), fewer as the accumulators grow.
 #define MOE_MIN_BLOCKS(nt) ((nt) == 1 ? 4 : (nt) == 2 ? 3 : (nt) == 4 ? 2 : 1)
 
@@ -568,12 +430,15 @@ __global__ void __launch_bounds__(MOE_THREADS, MOE_MIN_BLOCKS(NT)) moe_ffn_kerne
 
 extern "C" size_t nb_moe_workspace_bytes(const nb_moe_weights_dev *w, int tokens, int topk)
 {
-    return moe_ws_layout(w->experts, w->inter, tokens * topk, NULL, NULL);
+    return moe_ws_layout(w->experts, w->hidden, w->inter, tokens, tokens * topk, NULL, NULL);
 }
 
 extern "C" const char *nb_moe_kernel_name(nb_moe_kernel k)
 {
-    return k == NB_MOE_KERNEL_STREAM ? "stream" : k == NB_MOE_KERNEL_MMA ? "mma" : "auto";
+    return k == NB_MOE_KERNEL_STREAM ? "stream"
+           : k == NB_MOE_KERNEL_MMA  ? "mma"
+           : k == NB_MOE_KERNEL_WGMMA ? "wgmma"
+                                      : "auto";
 }
 
 extern "C" int nb_moe_should_use_stream(double tokens_per_expert, int n, int k, int sm)
@@ -597,9 +462,11 @@ static int moe_k_split(int tokens, int topk, int experts, int pairs)
 }
 
 // Token fragments per warp: 1 in the stream kernel up to 4 tokens per expert, else 2; the
-// mma kernel 4, or 8 (64-token tiles) from 48 tokens per expert.
+// mma kernel 4, or 8 (64-token tiles) from 48 tokens per expert; the wgmma kernel 64-token
+// tiles (each multiplied at the narrowest width that covers it).
 static int moe_nt(nb_moe_kernel k, double tokens_per_expert)
 {
+    if (k == NB_MOE_KERNEL_WGMMA) return NB_MOE_WG_TILE / 8;
     if (k == NB_MOE_KERNEL_MMA) return tokens_per_expert >= 48.0 ? 2 * NB_MOE_NT_MMA : NB_MOE_NT_MMA;
     return tokens_per_expert <= 4.0 ? 1 : 2;
 }
@@ -613,10 +480,14 @@ extern "C" nb_moe_kernel nb_moe_pick_kernel(int tokens, int topk, int experts, i
         k = NB_MOE_KERNEL_STREAM, why = "NIBBLE_MOE_KERNEL";
     } else if (env && !strcmp(env, "mma")) {
         k = NB_MOE_KERNEL_MMA, why = "NIBBLE_MOE_KERNEL";
+    } else if (env && !strcmp(env, "wgmma")) {
+        k = NB_MOE_KERNEL_WGMMA, why = "NIBBLE_MOE_KERNEL";
     } else {
         double tpe = (double)tokens * topk / (experts > 0 ? experts : 1);
         if (nb_moe_should_use_stream(tpe, inter, hidden, sm))
             k = NB_MOE_KERNEL_STREAM, why = "should_use_stream (<= 12 tokens per expert)";
+        else if (sm == 90)
+            k = NB_MOE_KERNEL_WGMMA, why = "sm_90: wgmma";
         else
             k = NB_MOE_KERNEL_MMA, why = "default";
     }
@@ -634,6 +505,21 @@ static int moe_sm_count(void)
         if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) sms = 132;
     }
     return sms;
+}
+
+// Compute capability as 10 * major + minor (90 on H100/H200).
+static int moe_sm_arch(void)
+{
+    static int arch = 0;
+    if (!arch) {
+        int dev = 0, major = 0, minor = 0;
+        cudaGetDevice(&dev);
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+            return 0;
+        arch = 10 * major + minor;
+    }
+    return arch;
 }
 
 template <int NT>
@@ -688,7 +574,7 @@ static nb_status moe_check(const nb_moe_weights_dev *w, const nb_moe_desc *d, in
         return nb_error(NB_ERR_INVALID_ARG, "moe: %d tokens x top-%d slots is too many", d->tokens, topk);
     if (d->tokens && (!d->x || !d->out))
         return nb_error(NB_ERR_INVALID_ARG, "moe: x or out is NULL");
-    size_t need = moe_ws_layout(w->experts, w->inter, d->tokens * topk, NULL, NULL);
+    size_t need = moe_ws_layout(w->experts, w->hidden, w->inter, d->tokens, d->tokens * topk, NULL, NULL);
     if (!d->workspace || d->workspace_bytes < need)
         return nb_error(NB_ERR_INVALID_ARG, "moe: workspace of %zu bytes, %zu needed for %d tokens",
                         d->workspace_bytes, need, d->tokens);
@@ -700,10 +586,10 @@ static nb_status moe_forward_impl(const nb_moe_weights_dev *w, const nb_moe_desc
     NB_TRY(moe_check(w, d, topk));
     if (!d->tokens) return NB_OK;
     moe_ws ws;
-    moe_ws_layout(w->experts, w->inter, d->tokens * topk, (char *)d->workspace, &ws);
+    moe_ws_layout(w->experts, w->hidden, w->inter, d->tokens, d->tokens * topk, (char *)d->workspace, &ws);
     nb_moe_kernel k = d->kernel != NB_MOE_KERNEL_AUTO
                           ? d->kernel
-                          : nb_moe_pick_kernel(d->tokens, topk, w->experts, w->hidden, w->inter, 90);
+                          : nb_moe_pick_kernel(d->tokens, topk, w->experts, w->hidden, w->inter, moe_sm_arch());
     const int nt = moe_nt(k, (double)d->tokens * topk / w->experts);
     moe_route_kernel<<<1, 1024, 0, st>>>(d->ids, d->tokens * topk, w->experts, 8 * nt, ws);
     NB_CUDA_TRY(cudaGetLastError());
@@ -717,7 +603,12 @@ static nb_status moe_forward_impl(const nb_moe_weights_dev *w, const nb_moe_desc
     p.ks_gu = moe_k_split(d->tokens, topk, w->experts, w->inter / 16);
     p.ks_dn = moe_k_split(d->tokens, topk, w->experts, w->hidden / 32);
     if (nt >= NB_MOE_NT_MMA) p.ks_gu = p.ks_dn = 1;  // the mma kernel stages tokens per block
-    NB_LOG_DEBUG("cuda", "moe: %d-token tiles, K split gate_up %d / down %d", 8 * nt, p.ks_gu, p.ks_dn);
+    NB_LOG_DEBUG("cuda", "moe: %s kernel, %d-token tiles, K split gate_up %d / down %d", nb_moe_kernel_name(k), 8 * nt,
+                 p.ks_gu, p.ks_dn);
+    if (k == NB_MOE_KERNEL_WGMMA) {
+        p.xp = ws.xp, p.xpw = ws.xp, p.tokens = d->tokens;
+        return moe_launch_wg(p, 8 * nt, moe_sm_count(), st);
+    }
     switch (nt) {
     case 1: return moe_launch_ffn<1>(p, st);
     case 2: return moe_launch_ffn<2>(p, st);

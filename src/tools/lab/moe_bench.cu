@@ -206,7 +206,10 @@ static nb_status wset_make(wset *s, int E, int H, int I, uint64_t seed)
 
 static nb_moe_kernel kernel_of(const char *s)
 {
-    return !strcmp(s, "stream") ? NB_MOE_KERNEL_STREAM : !strcmp(s, "mma") ? NB_MOE_KERNEL_MMA : NB_MOE_KERNEL_AUTO;
+    return !strcmp(s, "stream")  ? NB_MOE_KERNEL_STREAM
+           : !strcmp(s, "mma")   ? NB_MOE_KERNEL_MMA
+           : !strcmp(s, "wgmma") ? NB_MOE_KERNEL_WGMMA
+                                 : NB_MOE_KERNEL_AUTO;
 }
 
 extern "C" nb_status nb_bench_moe_run(const nb_bench_moe_params *p)
@@ -279,6 +282,14 @@ extern "C" nb_status nb_bench_moe_run(const nb_bench_moe_params *p)
     cudaStream_t st;
     NB_CUDA_TRY(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     nb_status status = NB_OK;
+    int sm_arch = 90;  // the ladder's input: this device's compute capability
+    {
+        int dev = 0, major = 9, minor = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+        sm_arch = 10 * major + minor;
+    }
 
     for (int ti = 0; ti < p->n_tokens && status == NB_OK; ti++) {
         const int T = p->tokens[ti];
@@ -290,7 +301,7 @@ extern "C" nb_status nb_bench_moe_run(const nb_bench_moe_params *p)
         }
         touched /= BENCH_ID_SETS;
         nb_moe_kernel kern = kernel_of(p->kernel);
-        if (kern == NB_MOE_KERNEL_AUTO) kern = nb_moe_pick_kernel(T, K, E, H, I, 90);
+        if (kern == NB_MOE_KERNEL_AUTO) kern = nb_moe_pick_kernel(T, K, E, H, I, sm_arch);
         nb_moe_desc d;
         memset(&d, 0, sizeof d);
         d.tokens = T, d.topk = K, d.x = (const uint16_t *)x, d.out = (float *)out, d.kernel = kern;
