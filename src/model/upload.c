@@ -2,7 +2,8 @@
  * weight and vector of the model: the first marks the checkpoint tensors it references (to
  * size the progress bar and the copy), the second copies each marked tensor once and points
  * the twin's views at the copy; vectors outside the checkpoint (float32 norm copies, biases)
- * are copied one by one. */
+ * are copied one by one. MLA's kv_b is then registered per layer with the CUDA ops
+ * (nb_cuda_mla_register: kept in the form the batched GEMMs read). */
 #include "model/upload.h"
 
 #include <stdlib.h>
@@ -288,6 +289,18 @@ static nb_status upload(const nb_model *host, const struct nb_synth_deferred *pl
                              "the %s in %.2f s)%s", reg, moe, plan ? "device" : "host",
                              (double)(nb_now_ns() - t0) / 1e9 - secs,
                              reg < moe ? " (the others on the generic float32 kernels)" : "");
+    }
+    if (nb_ops_ctx_device(ctx) == NB_DEVICE_CUDA && m->cfg.attn == NB_ATTN_MLA) {
+        /* kv_b once per layer in the form MLA's batched GEMMs read (ops/cuda/mla.h) */
+        const nb_model_config *c = &m->cfg;
+        const nb_mla_dims d = {c->num_heads, c->qk_nope_head_dim, c->qk_rope_head_dim, c->v_head_dim, c->kv_lora_rank};
+        for (int l = 0; l < c->num_layers; l++) {
+            nb_status rs = nb_cuda_mla_register(ctx, &m->layers[l].kv_b_proj, &d);
+            if (rs != NB_OK) {
+                nb_model_upload_free(m);
+                return nb_error_wrap(rs, "layer %d kv_b_proj", l);
+            }
+        }
     }
 #endif
     *out = m;

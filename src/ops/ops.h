@@ -238,7 +238,9 @@ nb_status nb_op_mla_attention(nb_ops_ctx *ctx, nb_mla_mode mode, const nb_mla_di
  * q: F32 [T, n_heads, head_dim] (rotated); key_pool: F32 [rows, head_dim] (rotated,
  * LayerNorm'd keys). Writes min(topk, pos[i]+1) positions of token i into
  * sel_pos[i*topk ...] (highest score first; ties to the lower position) and the count into
- * sel_count[i]. */
+ * sel_count[i]. When pos[i]+1 <= topk every position is selected: they are written in
+ * ascending order and no score is computed for that token (the same set; attention over it
+ * then sums in the dense causal order). */
 nb_status nb_op_dsa_select(nb_ops_ctx *ctx, const nb_tensor *q, const nb_tensor *w, float softmax_scale,
                            const nb_tensor *key_pool, const nb_attn_index *idx, int topk, int32_t *sel_pos,
                            int32_t *sel_count);

@@ -304,20 +304,25 @@ static void test_attention(void)
     gqa_case(1);
 }
 
-static void mla_case(nb_mla_mode mode, int sparse, nb_wfmt kvfmt)
+/* One MLA call on both backends. Batches: 0: two sequences, 6 tokens (the decode-sized batch:
+ * KV splits merged); 1: three sequences, 141 tokens (one block per token and head group);
+ * 2: three single-token sequences up to position 300 (decode). reg: kv_b registered first
+ * (resident form) instead of prepared per call. BF16 and NVFP4 kv_b run the BF16 GEMMs with
+ * two-term activations (NB_TOL_LT_BF16W), F32 and FP8 the F32 GEMMs (NB_TOL_F32). */
+static void mla_case_ex(nb_mla_mode mode, int sparse, nb_wfmt kvfmt, nb_mla_dims d, int batch, int reg)
 {
-    const nb_mla_dims d = {8, 64, 32, 64, 512};
-    const int rows = 500, rw = d.kv_lora_rank + d.qk_rope + 7, qk = d.qk_nope + d.qk_rope;
-    int n_new[2] = {5, 1}, n_past[2] = {3, 200};
+    const int rows = 1000, rw = d.kv_lora_rank + d.qk_rope + 7, qk = d.qk_nope + d.qk_rope;
+    int n_new[3][3] = {{5, 1, 0}, {100, 40, 1}, {1, 1, 1}}, n_past[3][3] = {{3, 200, 0}, {0, 60, 700}, {0, 37, 300}};
+    const int nseq = batch == 0 ? 2 : 3;
     tu_index ix;
-    tu_index_make(&ix, 2, n_new, n_past, rows);
+    tu_index_make(&ix, nseq, n_new[batch], n_past[batch], rows);
     const int T = ix.T;
     tu_weight kvb;
     tu_weight_make(&kvb, kvfmt, (int64_t)d.n_heads * (d.qk_nope + d.v_dim), d.kv_lora_rank, 0.05f, 0);
-    float *pool = malloc((size_t)rows * rw * 4), *q = malloc(T * d.n_heads * qk * 4);
-    float *o = malloc(T * d.n_heads * d.v_dim * 4), *ob = malloc(T * d.n_heads * d.v_dim * 4);
+    const size_t qn = (size_t)T * d.n_heads * qk, on = (size_t)T * d.n_heads * d.v_dim;
+    float *pool = malloc((size_t)rows * rw * 4), *q = malloc(qn * 4), *o = malloc(on * 4), *ob = malloc(on * 4);
     tu_fill(pool, (size_t)rows * rw, 1.0f);
-    tu_fill(q, T * d.n_heads * qk, 1.0f);
+    tu_fill(q, qn, 1.0f);
     float *dpool = tu_up(pool, (size_t)rows * rw * 4);
     nb_tensor hq = nb_tensor_3d(q, F32, T, d.n_heads, qk), ho = nb_tensor_3d(o, F32, T, d.n_heads, d.v_dim);
     nb_tensor hl = nb_tensor_2d(pool, F32, rows, d.kv_lora_rank), hp = nb_tensor_2d(pool + d.kv_lora_rank, F32, rows, d.qk_rope);
@@ -326,24 +331,34 @@ static void mla_case(nb_mla_mode mode, int sparse, nb_wfmt kvfmt)
     dl.data = dpool;
     dp.data = dpool + d.kv_lora_rank;
     dl.device = dp.device = NB_DEVICE_CUDA;
-    dout.data = tu_poisoned(T * d.n_heads * d.v_dim * 4);
+    dout.data = tu_poisoned(on * 4);
     dout.device = NB_DEVICE_CUDA;
-    int32_t sp[16 * 32], sc[16];
+    int32_t *sp = malloc((size_t)T * 32 * 4), *sc = malloc((size_t)T * 4);
     nb_attn_select hs = {sp, sc, 32}, ds;
     if (sparse) {
         make_sel(&ix, 32, sp, sc);
-        ds = (nb_attn_select){tu_up(sp, sizeof sp), tu_up(sc, sizeof sc), 32};
+        ds = (nb_attn_select){tu_up(sp, (size_t)T * 32 * 4), tu_up(sc, (size_t)T * 4), 32};
     }
+    if (reg) NB_CHECK_OK(nb_cuda_mla_register(tu_gpu, &kvb.d, &d));
     NB_CHECK_OK(nb_op_mla_attention(tu_cpu, mode, &d, &hq, &hl, &hp, &kvb.h, &ix.h, sparse ? &hs : NULL, 0.07f, &ho));
     NB_CHECK_OK(nb_op_mla_attention(tu_gpu, mode, &d, &dq, &dl, &dp, &kvb.d, &ix.d, sparse ? &ds : NULL, 0.07f, &dout));
     tu_down(&dout, ob);
-    char name[96];
-    snprintf(name, sizeof name, "mla %s%s kv_b %s, 8 heads, rank 512", mode == NB_MLA_NAIVE ? "naive" : "absorbed",
-             sparse ? " sparse" : "", tu_fmt_name(kvfmt));
-    tu_compare(name, o, ob, T * d.n_heads * d.v_dim, NB_TOL_F32);
-    free(pool), free(q), free(o), free(ob);
+    char name[128];
+    snprintf(name, sizeof name, "mla %s%s kv_b %s%s, %d heads, rank %d, T=%d", mode == NB_MLA_NAIVE ? "naive" : "absorbed",
+             sparse ? " sparse" : "", tu_fmt_name(kvfmt), reg ? " (registered)" : "", d.n_heads, d.kv_lora_rank, T);
+    const int bf16_gemm = kvfmt == NB_WFMT_BF16 || kvfmt == NB_WFMT_NVFP4;
+    tu_compare(name, o, ob, on, bf16_gemm ? NB_TOL_LT_BF16W : NB_TOL_F32);
+    /* registered forms are keyed by the weight's address, which tu_free_all hands back */
+    if (reg) nb_cuda_mla_release(tu_gpu);
+    free(pool), free(q), free(o), free(ob), free(sp), free(sc);
     tu_weight_free(&kvb);
     tu_free_all();
+}
+
+static void mla_case(nb_mla_mode mode, int sparse, nb_wfmt kvfmt)
+{
+    const nb_mla_dims d = {8, 64, 32, 64, 512};
+    mla_case_ex(mode, sparse, kvfmt, d, 0, 0);
 }
 
 static void test_mla(void)
@@ -353,6 +368,15 @@ static void test_mla(void)
     mla_case(NB_MLA_NAIVE, 0, NB_WFMT_BF16);
     mla_case(NB_MLA_ABSORBED, 1, NB_WFMT_BF16);
     mla_case(NB_MLA_ABSORBED, 0, NB_WFMT_NVFP4);
+    mla_case(NB_MLA_ABSORBED, 0, NB_WFMT_F32);
+    mla_case(NB_MLA_ABSORBED, 1, NB_WFMT_FP8_BLOCK);
+    const nb_mla_dims d8 = {8, 64, 32, 64, 512}, glm5 = {64, 192, 64, 256, 512}, tiny = {4, 32, 16, 24, 32};
+    mla_case_ex(NB_MLA_ABSORBED, 0, NB_WFMT_BF16, d8, 1, 0);  /* no KV split */
+    mla_case_ex(NB_MLA_ABSORBED, 1, NB_WFMT_NVFP4, d8, 1, 1);
+    mla_case_ex(NB_MLA_ABSORBED, 0, NB_WFMT_BF16, glm5, 2, 1); /* GLM-5's shapes, decode */
+    mla_case_ex(NB_MLA_ABSORBED, 0, NB_WFMT_NVFP4, glm5, 2, 1);
+    mla_case_ex(NB_MLA_ABSORBED, 1, NB_WFMT_FP8_BLOCK, glm5, 0, 1);
+    mla_case_ex(NB_MLA_ABSORBED, 0, NB_WFMT_BF16, tiny, 1, 0); /* the fixtures' shapes */
 }
 
 /* Host recomputation of a DSA score in double, to judge a disagreement as a near-tie. */

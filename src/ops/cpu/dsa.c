@@ -2,7 +2,8 @@
  * transformers' GlmMoeDsaIndexer computes it in bf16/fp32 mode (no Hadamard rotation or FP8
  * quantization: the rotation preserves dot products and FP8 is a precision shortcut):
  *   score[i, p] = sum_h w[i, h] * relu(softmax_scale * q[i, h, :] . key[p, :]),  p <= pos[i]
- * then the top index_topk positions (all of them while the sequence is shorter).
+ * then the top index_topk positions (all of them, in order and unscored, while the sequence
+ * is no longer than index_topk).
  * Exercised by tests/ops/test_ops_attention.c. */
 #include <stdlib.h>
 
@@ -39,6 +40,11 @@ static void dsa_range(void *arg, int64_t b, int64_t e, int thread)
     scored *sc = j->scratch + (int64_t)thread * j->max_len;
     for (int64_t i = b; i < e; i++) {
         int n = j->idx->pos[i] + 1;
+        if (n <= j->topk) { /* every position is selected: no scores needed (ops.h) */
+            for (int t = 0; t < n; t++) j->sel_pos[i * j->topk + t] = t;
+            j->sel_count[i] = n;
+            continue;
+        }
         const int32_t *slots = j->idx->slot_table + j->idx->slot_base[i];
         const float *wi = (const float *)j->w->data + i * j->w->stride[0];
         for (int p = 0; p < n; p++) {

@@ -1,21 +1,20 @@
-// CUDA attention over the slot-addressed KV pool (ops.h): grouped-query attention, MLA in
-// the absorbed form, and the DSA indexer's scores with a per-token top-k.
+// CUDA attention over the slot-addressed KV pool (ops.h): grouped-query attention and the DSA
+// indexer's scores with a per-token top-k (MLA is in mla.cu).
 // Attention kernels use one block per (token, head); each warp walks a share of the attended
 // positions with an online softmax (running max, sum and output), and the warps' partial
 // results are merged at the end, so no score buffer sized by the context is needed. Head
 // dimensions live in registers, 32 lanes x NB_ATT_MAXD.
-// MLA: NB_MLA_NAIVE and NB_MLA_ABSORBED both run the absorbed kernel (the two forms compute
-// the same function; ops.h). The DSA top-k keeps the best `topk` (score, position) keys in
+// The DSA top-k keeps the best `topk` (score, position) keys in
 // shared memory and merges each chunk of new positions into them by a bitonic sort; keys
-// order by score descending, then position ascending (the CPU op's tie rule).
-// Exercised by tests/cuda_ops/test_cuda_vs_cpu.c (attention*, mla*, dsa_select*).
+// order by score descending, then position ascending (the CPU op's tie rule). A token whose
+// context fits in topk selects every position (ops.h) without scoring any.
+// Exercised by tests/cuda_ops/test_cuda_vs_cpu.c (attention*, dsa_select*).
 #include <math.h>
 
 #include "ops/cuda/common.cuh"
 
 #define NB_ATT_WARPS 4
 #define NB_ATT_MAXD 16 /* head / latent dims per lane: up to 512 */
-#define NB_ATT_MAXR 4  /* MLA rope dims per lane: up to 128 */
 
 typedef struct att_sel {
     const int32_t *pos, *count;
@@ -141,104 +140,6 @@ extern "C" nb_status nb_cuda_attention(nb_ops_ctx *ctx, const nb_tensor *q, cons
     return NB_OK;
 }
 
-// MLA, absorbed. W: kv_b dequantized to F32 [n_heads * (nope + v), r] (per head: nope rows
-// W_uk then v rows W_uv). Shared memory: q_lat [r], o_lat [r], merge area.
-__global__ void k_mla(const float *q, int64_t qs0, int64_t qs1, const float *lat, int64_t ls0, const float *kpe,
-                      int64_t ps0, const float *W, nb_mla_dims d, nb_attn_index idx, att_sel sel, float scale,
-                      int64_t pool_rows, float *out, int64_t os0, int64_t os1)
-{
-    extern __shared__ float sh[];
-    const int r = d.kv_lora_rank, hs = d.qk_nope + d.v_dim;
-    float *q_lat = sh, *o_lat = sh + r, *msh = sh + 2 * r;
-    const int i = blockIdx.x / d.n_heads, h = blockIdx.x % d.n_heads;
-    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const float *qr = q + (int64_t)i * qs0 + (int64_t)h * qs1;
-    const float *wuk = W + (int64_t)h * hs * r, *wuv = wuk + (int64_t)d.qk_nope * r;
-    for (int c = threadIdx.x; c < r; c += blockDim.x) {
-        float s = 0;
-        for (int a = 0; a < d.qk_nope; a++) s += qr[a] * wuk[(int64_t)a * r + c];
-        q_lat[c] = s;
-    }
-    __syncthreads();
-    float ql[NB_ATT_MAXD], qp[NB_ATT_MAXR], acc[NB_ATT_MAXD];
-#pragma unroll
-    for (int j = 0; j < NB_ATT_MAXD; j++) {
-        int c = lane + 32 * j;
-        ql[j] = c < r ? q_lat[c] : 0.0f;
-        acc[j] = 0.0f;
-    }
-#pragma unroll
-    for (int j = 0; j < NB_ATT_MAXR; j++) {
-        int c = lane + 32 * j;
-        qp[j] = c < d.qk_rope ? qr[d.qk_nope + c] : 0.0f;
-    }
-    const int pos = idx.pos[i], n = att_count(idx, sel, i);
-    float m = -INFINITY, l = 0.0f;
-    for (int t = w; t < n; t += NB_ATT_WARPS) {
-        int64_t row = att_row(idx, sel, i, t, pos, pool_rows);
-        if (row < 0) continue;
-        const float *lr = lat + row * ls0, *pr = kpe + row * ps0;
-        float lv[NB_ATT_MAXD];
-        float s = 0;
-#pragma unroll
-        for (int j = 0; j < NB_ATT_MAXD; j++) {
-            int c = lane + 32 * j;
-            lv[j] = c < r ? lr[c] : 0.0f;
-            s += ql[j] * lv[j];
-        }
-#pragma unroll
-        for (int j = 0; j < NB_ATT_MAXR; j++) {
-            int c = lane + 32 * j;
-            if (c < d.qk_rope) s += qp[j] * pr[c];
-        }
-        s = __shfl_sync(0xffffffffu, nb_d_warp_sum(s), 0) * scale;
-        float mn = fmaxf(m, s), corr = expf(m - mn), pe = expf(s - mn);
-        l = l * corr + pe;
-#pragma unroll
-        for (int j = 0; j < NB_ATT_MAXD; j++) acc[j] = acc[j] * corr + pe * lv[j];
-        m = mn;
-    }
-    att_merge(m, l, acc, r, msh, o_lat);
-    __syncthreads();
-    float *o = out + (int64_t)i * os0 + (int64_t)h * os1;
-    for (int v = w; v < d.v_dim; v += NB_ATT_WARPS) {
-        const float *wr = wuv + (int64_t)v * r;
-        float s = 0;
-        for (int c = lane; c < r; c += 32) s += wr[c] * o_lat[c];
-        s = nb_d_warp_sum(s);
-        if (lane == 0) o[v] = s;
-    }
-}
-
-extern "C" nb_status nb_cuda_mla_attention(nb_ops_ctx *ctx, nb_mla_mode mode, const nb_mla_dims *d,
-                                           const nb_tensor *q, const nb_tensor *latent_pool, const nb_tensor *kpe_pool,
-                                           const nb_weight *kv_b, const nb_attn_index *idx, const nb_attn_select *sel,
-                                           float scale, nb_tensor *out)
-{
-    NB_TRY(nb_cuda_check_f32("mla_attention", "q", q, 3));
-    NB_TRY(nb_cuda_check_f32("mla_attention", "latent_pool", latent_pool, 2));
-    NB_TRY(nb_cuda_check_f32("mla_attention", "kpe_pool", kpe_pool, 2));
-    NB_TRY(nb_cuda_check_f32("mla_attention", "out", out, 3));
-    NB_TRY(nb_cuda_check_weight("mla_attention kv_b", kv_b));
-    const int64_t T = q->shape[0];
-    const int r = d->kv_lora_rank;
-    if (r > 32 * NB_ATT_MAXD || d->qk_rope > 32 * NB_ATT_MAXR)
-        return nb_error(NB_ERR_UNSUPPORTED, "mla_attention: kv_lora_rank %d (max %d) or rope dim %d (max %d)", r,
-                        32 * NB_ATT_MAXD, d->qk_rope, 32 * NB_ATT_MAXR);
-    (void)mode; /* both forms run the absorbed kernel: the same function (ops.h) */
-    if (T == 0) return NB_OK;
-    float *W = (float *)nb_cuda_scratch(ctx, 3, (size_t)kv_b->n * (size_t)r * sizeof(float));
-    if (!W) return NB_ERR_OUT_OF_MEMORY;
-    NB_TRY(nb_cuda_dequant(ctx, kv_b, NULL, W));
-    size_t smem = 2 * (size_t)r * sizeof(float) + merge_smem(r);
-    k_mla<<<(unsigned)(T * d->n_heads), 32 * NB_ATT_WARPS, smem, nb_cuda_stream(ctx)>>>(
-        (const float *)q->data, q->stride[0], q->stride[1], (const float *)latent_pool->data, latent_pool->stride[0],
-        (const float *)kpe_pool->data, kpe_pool->stride[0], W, *d, *idx, make_sel(sel), scale, latent_pool->shape[0],
-        (float *)out->data, out->stride[0], out->stride[1]);
-    NB_CUDA_LAUNCHED("mla_attention");
-    return NB_OK;
-}
-
 // ---- DSA: scores and top-k ---------------------------------------------------------------
 
 #define NB_DSA_WARPS 8
@@ -259,6 +160,12 @@ __global__ void k_dsa(const float *q, int64_t qs0, int64_t qs1, const float *wt,
     extern __shared__ unsigned long long cand[]; /* [S], then q [nh * hd] and w [nh] floats */
     float *qs = (float *)(cand + S), *wsh = qs + nh * hd;
     const int i = blockIdx.x, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (idx.pos[i] + 1 <= topk) { /* every position, in order: no scores needed (ops.h) */
+        const int n = idx.pos[i] + 1;
+        for (int t = threadIdx.x; t < n; t += blockDim.x) sel_pos[(int64_t)i * topk + t] = t;
+        if (threadIdx.x == 0) sel_count[i] = n;
+        return;
+    }
     for (int e = threadIdx.x; e < nh * hd; e += blockDim.x)
         qs[e] = q[(int64_t)i * qs0 + (int64_t)(e / hd) * qs1 + e % hd];
     for (int e = threadIdx.x; e < nh; e += blockDim.x) wsh[e] = wt[(int64_t)i * ws0 + e];

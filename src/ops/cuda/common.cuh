@@ -18,6 +18,7 @@
 #define NB_CUDA_MOE_REG_MAX 256
 
 struct nb_cuda_moe_reg; // ops/cuda/experts.cu
+struct nb_cuda_mla;     // ops/cuda/mla_gemm.cu
 
 typedef struct nb_cuda_state {
     int device, sm_count;
@@ -27,6 +28,7 @@ typedef struct nb_cuda_state {
     size_t scratch_size[NB_CUDA_SCRATCH_SLOTS];
     struct nb_cuda_moe_reg *moe[NB_CUDA_MOE_REG_MAX];
     int n_moe;
+    struct nb_cuda_mla *mla; /* MLA's resident kv_b forms and batched-GEMM handle (mla.h) */
     void *pinned[2];        /* staging buffers of large uploads (NB_CUDA_STAGE_BYTES each) */
     cudaEvent_t staged[2];  /* their last copy out */
 } nb_cuda_state;

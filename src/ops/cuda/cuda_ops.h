@@ -64,6 +64,13 @@ nb_status nb_cuda_mlp(nb_ops_ctx *ctx, const nb_tensor *x, const nb_weight *gate
                       const nb_weight *down, int accumulate, nb_tensor *out);
 nb_status nb_cuda_attention(nb_ops_ctx *ctx, const nb_tensor *q, const nb_tensor *k_pool, const nb_tensor *v_pool,
                             const nb_attn_index *idx, const nb_attn_select *sel, float scale, nb_tensor *out);
+/* MLA's kv_b ([n_heads * (nope + v), rank]) prepared once in the form the batched GEMMs read
+ * (ops/cuda/mla.h: BF16 in place or NVFP4 -> BF16 exactly; F32 in place or FP8 -> F32) and
+ * kept until the context is freed; later nb_cuda_mla_attention calls on this weight (same
+ * data pointer) skip the per-call preparation. Synchronous; call before any graph capture. */
+nb_status nb_cuda_mla_register(nb_ops_ctx *ctx, const nb_weight *kv_b, const nb_mla_dims *d);
+/* Free what nb_cuda_mla_register kept (called by nb_cuda_ctx_release). */
+void nb_cuda_mla_release(nb_ops_ctx *ctx);
 nb_status nb_cuda_mla_attention(nb_ops_ctx *ctx, nb_mla_mode mode, const nb_mla_dims *d, const nb_tensor *q,
                                 const nb_tensor *latent_pool, const nb_tensor *kpe_pool, const nb_weight *kv_b,
                                 const nb_attn_index *idx, const nb_attn_select *sel, float scale, nb_tensor *out);

@@ -1,0 +1,372 @@
+// MLA attention on the GPU in the absorbed form (ops.h nb_op_mla_attention; plan in mla.h).
+// Both NB_MLA_NAIVE and NB_MLA_ABSORBED run it (the same function, ops.h).
+// The attention kernel works on the latent only, FlashMLA's way: one block per (token, group
+// of 16 heads, KV split); each chunk of 32 attended rows [latent | k_pe] is read once into
+// shared memory and serves all 16 heads (scores: lane = row, 4 heads per warp; weighted sum:
+// 4 latent columns x 16 heads per thread), with an online softmax per head. A decode batch
+// too small to fill the GPU splits each token's rows over blocks (chosen from the token count
+// and SM count only, so a captured graph stays valid as contexts grow); a second kernel
+// merges the splits. The absorption GEMMs around it are batched over heads (mla_gemm.cu).
+// Exercised by tests/cuda_ops/test_cuda_vs_cpu.c (mla*), timed by
+// tests/cuda_ops/test_cuda_vs_cpu_mla_timing.c.
+#include <math.h>
+
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/mla.h"
+
+#define MLA_G 16       /* heads per block */
+#define MLA_P 32       /* attended rows per chunk (= lanes) */
+#define MLA_THREADS 128
+#define MLA_MAX_SPLITS 64
+
+typedef struct mla_args {
+    const float *q; /* [T, H, nope + rope]: q_pe read from here */
+    int64_t qs0, qs1;
+    const float *qlat; /* [H][two * T][r]: row t (+ row T + t when two) */
+    int two;
+    const float *lat, *kpe;
+    int64_t ls0, ps0, pool_rows;
+    nb_attn_index idx;
+    const int32_t *sel_pos, *sel_count;
+    int sel_stride;
+    float scale;
+    int T, H, r, rope, nope, Dp;
+    float *part;     /* splits > 1: [T][H][S][2 + r] (m, l, unnormalized sum) */
+    float *o32;      /* F32 output [H][T][r] */
+    uint16_t *ob;    /* or BF16 hi/lo output [H][2T][r] */
+} mla_args;
+
+__device__ __forceinline__ int mla_count(const mla_args &a, int i)
+{
+    if (!a.sel_pos) return a.idx.pos[i] + 1;
+    int n = a.sel_count[i];
+    return n < 0 ? 0 : n > a.sel_stride ? a.sel_stride : n;
+}
+
+// Attended entry j of token i -> pool row, or -1 (outside the causal range or the pool).
+__device__ __forceinline__ int64_t mla_row(const mla_args &a, int i, int j, int pos)
+{
+    int p = a.sel_pos ? a.sel_pos[(int64_t)i * a.sel_stride + j] : j;
+    if (p < 0 || p > pos) return -1;
+    int64_t row = a.idx.slot_table[a.idx.slot_base[i] + p];
+    return row >= 0 && row < a.pool_rows ? row : -1;
+}
+
+__device__ __forceinline__ void mla_put(const mla_args &a, int h, int t, int c, float v)
+{
+    if (a.ob) {
+        uint16_t hi = nb_d_to_bf16(v);
+        uint16_t lo = nb_d_to_bf16(v - nb_d_bf16(hi));
+        a.ob[((int64_t)h * 2 * a.T + t) * a.r + c] = hi;
+        a.ob[((int64_t)h * 2 * a.T + a.T + t) * a.r + c] = lo;
+    } else {
+        a.o32[((int64_t)h * a.T + t) * a.r + c] = v;
+    }
+}
+
+__global__ void __launch_bounds__(MLA_THREADS) k_mla_attend(mla_args a)
+{
+    extern __shared__ float4 sh4[];
+    const int Dp = a.Dp, D = a.r + a.rope, D4 = D / 4;
+    float *qs = (float *)sh4;         /* [G][Dp] */
+    float *ks = qs + MLA_G * Dp;      /* [P][Dp] */
+    float *ps = ks + MLA_P * Dp;      /* [P][G] probabilities */
+    float *corr = ps + MLA_P * MLA_G; /* [G] */
+    float *mfin = corr + MLA_G, *lfin = mfin + MLA_G;
+    int *rowid = (int *)(lfin + MLA_G); /* [P] */
+    const int t = blockIdx.x, h0 = blockIdx.y * MLA_G, s = blockIdx.z, S = gridDim.z;
+    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
+    const int T2 = a.two * a.T;
+
+    for (int g = w; g < MLA_G; g += MLA_THREADS / 32) {
+        const int h = h0 + g;
+        for (int c = lane; c < D; c += 32) {
+            float v = 0.0f;
+            if (h < a.H) {
+                if (c < a.r) {
+                    const float *ql = a.qlat + ((int64_t)h * T2 + t) * a.r + c;
+                    v = ql[0];
+                    if (a.two == 2) v += ql[(int64_t)a.T * a.r];
+                } else {
+                    v = a.q[(int64_t)t * a.qs0 + (int64_t)h * a.qs1 + a.nope + (c - a.r)];
+                }
+            }
+            qs[g * Dp + c] = v;
+        }
+    }
+    const int pos = a.idx.pos[t], n = mla_count(a, t);
+    const int nch = (n + MLA_P - 1) / MLA_P, cps = (nch + S - 1) / S;
+    const int ch0 = s * cps, ch1 = min(nch, ch0 + cps);
+    float m[4], l[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) m[j] = -INFINITY, l[j] = 0.0f;
+    float acc[MLA_G][4];
+#pragma unroll
+    for (int g = 0; g < MLA_G; g++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) acc[g][i] = 0.0f;
+    const int col = tid * 4;
+    const bool has_col = col < a.r;
+
+    for (int ch = ch0; ch < ch1; ch++) {
+        __syncthreads(); /* the previous chunk's rows and probabilities are consumed */
+        if (tid < MLA_P) {
+            int j = ch * MLA_P + tid;
+            rowid[tid] = j < n ? (int)mla_row(a, t, j, pos) : -1;
+        }
+        __syncthreads();
+        for (int p = w; p < MLA_P; p += MLA_THREADS / 32) {
+            const int64_t row = rowid[p];
+            const float *lr = a.lat + row * a.ls0, *pr = a.kpe + row * a.ps0;
+            for (int c = lane; c < D; c += 32)
+                ks[p * Dp + c] = row < 0 ? 0.0f : c < a.r ? lr[c] : pr[c - a.r];
+        }
+        __syncthreads();
+        // scores of row `lane` for heads 4w .. 4w+3 (Dp / 4 is odd: conflict-free rows)
+        float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        const float4 *kr = (const float4 *)(ks + lane * Dp);
+        const float4 *qr = (const float4 *)(qs + 4 * w * Dp);
+        const int dq = Dp / 4;
+        for (int d4 = 0; d4 < D4; d4++) {
+            float4 k = kr[d4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                float4 q = qr[j * dq + d4];
+                sc[j] += q.x * k.x + q.y * k.y + q.z * k.z + q.w * k.w;
+            }
+        }
+        const bool valid = rowid[lane] >= 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            float sv = valid ? sc[j] * a.scale : -INFINITY;
+            float mn = fmaxf(m[j], nb_d_warp_max(sv));
+            float cr = m[j] == -INFINITY ? 0.0f : expf(m[j] - mn);
+            float pe = sv == -INFINITY ? 0.0f : expf(sv - mn);
+            l[j] = l[j] * cr + nb_d_warp_sum(pe);
+            m[j] = mn;
+            ps[lane * MLA_G + 4 * w + j] = pe;
+            if (lane == 0) corr[4 * w + j] = cr;
+        }
+        __syncthreads();
+        if (has_col) {
+#pragma unroll
+            for (int g = 0; g < MLA_G; g++) {
+                float cr = corr[g];
+#pragma unroll
+                for (int i = 0; i < 4; i++) acc[g][i] *= cr;
+            }
+            for (int p = 0; p < MLA_P; p++) {
+                float4 k = *(const float4 *)(ks + p * Dp + col);
+                const float4 *pp = (const float4 *)(ps + p * MLA_G);
+#pragma unroll
+                for (int g4 = 0; g4 < MLA_G / 4; g4++) {
+                    float4 pr = pp[g4];
+                    const float pv[4] = {pr.x, pr.y, pr.z, pr.w};
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        acc[4 * g4 + j][0] += pv[j] * k.x;
+                        acc[4 * g4 + j][1] += pv[j] * k.y;
+                        acc[4 * g4 + j][2] += pv[j] * k.z;
+                        acc[4 * g4 + j][3] += pv[j] * k.w;
+                    }
+                }
+            }
+        }
+    }
+    if (lane == 0)
+#pragma unroll
+        for (int j = 0; j < 4; j++) mfin[4 * w + j] = m[j], lfin[4 * w + j] = l[j];
+    __syncthreads();
+    if (!has_col) return;
+#pragma unroll
+    for (int g = 0; g < MLA_G; g++) {
+        const int h = h0 + g;
+        if (h >= a.H) break;
+        if (S == 1) {
+            const float L = lfin[g];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                if (col + i < a.r) mla_put(a, h, t, col + i, L > 0 ? acc[g][i] / L : 0.0f);
+        } else {
+            float *pr = a.part + (((int64_t)t * a.H + h) * S + s) * (2 + a.r);
+            if (tid == 0) pr[0] = mfin[g], pr[1] = lfin[g];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                if (col + i < a.r) pr[2 + col + i] = acc[g][i];
+        }
+    }
+}
+
+// Merge the splits of (token blockIdx.x, head blockIdx.y) as att_merge does for warps.
+__global__ void k_mla_merge(mla_args a, int S)
+{
+    const int t = blockIdx.x, h = blockIdx.y;
+    const float *base = a.part + ((int64_t)t * a.H + h) * S * (2 + a.r);
+    float M = -INFINITY;
+    for (int s = 0; s < S; s++) M = fmaxf(M, base[s * (2 + a.r)]);
+    float L = 0.0f;
+    for (int s = 0; s < S; s++) {
+        float ms = base[s * (2 + a.r)];
+        if (ms > -INFINITY) L += base[s * (2 + a.r) + 1] * expf(ms - M);
+    }
+    for (int c = threadIdx.x; c < a.r; c += blockDim.x) {
+        float v = 0.0f;
+        for (int s = 0; s < S; s++) {
+            float ms = base[s * (2 + a.r)];
+            if (ms > -INFINITY) v += base[s * (2 + a.r) + 2 + c] * expf(ms - M);
+        }
+        mla_put(a, h, t, c, L > 0 ? v / L : 0.0f);
+    }
+}
+
+// q_nope -> two BF16 terms [H][2T][nope] (hi rows 0..T-1, lo rows T..2T-1 of each head).
+__global__ void k_mla_split_q(const float *q, int64_t qs0, int64_t qs1, int T, int H, int nope, uint16_t *qb)
+{
+    const int64_t total = (int64_t)H * T * nope;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t h = e / ((int64_t)T * nope), rem = e - h * T * nope;
+        int t = (int)(rem / nope), c = (int)(rem - (int64_t)t * nope);
+        float v = q[(int64_t)t * qs0 + h * qs1 + c];
+        uint16_t hi = nb_d_to_bf16(v);
+        qb[(h * 2 * T + t) * nope + c] = hi;
+        qb[(h * 2 * T + T + t) * nope + c] = nb_d_to_bf16(v - nb_d_bf16(hi));
+    }
+}
+
+// out[t, h, :] = hi-term row + lo-term row of [H][2T][v].
+__global__ void k_mla_sum_out(const float *o2, int T, int H, int v, float *out, int64_t os0, int64_t os1)
+{
+    const int64_t total = (int64_t)H * T * v;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t h = e / ((int64_t)T * v), rem = e - h * T * v;
+        int t = (int)(rem / v), c = (int)(rem - (int64_t)t * v);
+        out[(int64_t)t * os0 + h * os1 + c] = o2[(h * 2 * T + t) * v + c] + o2[(h * 2 * T + T + t) * v + c];
+    }
+}
+
+static int grid_for(int64_t n)
+{
+    int64_t b = (n + 255) / 256;
+    return (int)(b < 1 ? 1 : b > 8192 ? 8192 : b);
+}
+
+// Splits of each token's rows: enough blocks for two waves when the batch alone is not.
+static int mla_splits(int T, int groups, int sm_count)
+{
+    int64_t base = (int64_t)T * groups;
+    if (base >= sm_count) return 1;
+    int64_t s = (2 * (int64_t)sm_count + base - 1) / base;
+    return (int)(s > MLA_MAX_SPLITS ? MLA_MAX_SPLITS : s);
+}
+
+// Carve 256-byte aligned pieces from one scratch buffer.
+static size_t carve(size_t *off, size_t bytes)
+{
+    size_t at = *off;
+    *off += (bytes + 255) / 256 * 256;
+    return at;
+}
+
+extern "C" nb_status nb_cuda_mla_attention(nb_ops_ctx *ctx, nb_mla_mode mode, const nb_mla_dims *d,
+                                           const nb_tensor *q, const nb_tensor *latent_pool, const nb_tensor *kpe_pool,
+                                           const nb_weight *kv_b, const nb_attn_index *idx, const nb_attn_select *sel,
+                                           float scale, nb_tensor *out)
+{
+    NB_TRY(nb_cuda_check_f32("mla_attention", "q", q, 3));
+    NB_TRY(nb_cuda_check_f32("mla_attention", "latent_pool", latent_pool, 2));
+    NB_TRY(nb_cuda_check_f32("mla_attention", "kpe_pool", kpe_pool, 2));
+    NB_TRY(nb_cuda_check_f32("mla_attention", "out", out, 3));
+    NB_TRY(nb_cuda_check_weight("mla_attention kv_b", kv_b));
+    (void)mode; /* both forms run the absorbed path: the same function (ops.h) */
+    const int T = (int)q->shape[0], H = d->n_heads, r = d->kv_lora_rank, rope = d->qk_rope, nope = d->qk_nope,
+              vd = d->v_dim;
+    if (r > 4 * MLA_THREADS || r % 4 || rope % 4)
+        return nb_error(NB_ERR_UNSUPPORTED, "mla_attention: kv_lora_rank %d (max %d) and rope dim %d must be multiples of 4",
+                        r, 4 * MLA_THREADS, rope);
+    if (T == 0) return NB_OK;
+    nb_cuda_state *cs = nb_cuda_st(ctx);
+    const int D = r + rope, Dp = (D / 4) % 2 ? D : D + 4;
+    const size_t smem = ((size_t)(MLA_G + MLA_P) * Dp + MLA_P * MLA_G + 3 * MLA_G + MLA_P) * sizeof(float);
+    int max_smem = 0;
+    cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, cs->device);
+    if (smem > (size_t)max_smem)
+        return nb_error(NB_ERR_UNSUPPORTED, "mla_attention: latent %d + rope %d needs %zu bytes of shared memory (%d)", r,
+                        rope, smem, max_smem);
+    const int groups = (H + MLA_G - 1) / MLA_G, S = mla_splits(T, groups, cs->sm_count);
+
+    // The weights: registered (resident) or prepared now into scratch slot 2.
+    nb_cuda_mla_w W;
+    NB_TRY(nb_cuda_mla_weights(ctx, kv_b, 2, &W));
+    const int two = W.bf16 ? 2 : 1, hs = nope + vd;
+    const int64_t T2 = (int64_t)two * T;
+
+    size_t off = 0;
+    const size_t o_qb = W.bf16 ? carve(&off, (size_t)H * T2 * nope * 2) : 0;
+    const size_t o_ql = carve(&off, (size_t)H * T2 * r * 4);
+    const size_t o_ol = carve(&off, (size_t)H * T2 * r * (W.bf16 ? 2 : 4));
+    const size_t o_o2 = W.bf16 ? carve(&off, (size_t)H * T2 * vd * 4) : 0;
+    const size_t o_pt = S > 1 ? carve(&off, (size_t)T * H * S * (2 + r) * 4) : 0;
+    char *scr = (char *)nb_cuda_scratch(ctx, 3, off);
+    if (!scr) return NB_ERR_OUT_OF_MEMORY;
+    cudaStream_t stream = nb_cuda_stream(ctx);
+    const char *wb = (const char *)W.w;
+    const int64_t es = W.bf16 ? 2 : 4;
+
+    // 1. q_lat[h] (col-major r x T2) = W_uk[h] (stored [nope, r] = col-major r x nope) . q_nope[h]
+    float *qlat = (float *)(scr + o_ql);
+    if (W.bf16) {
+        uint16_t *qb = (uint16_t *)(scr + o_qb);
+        k_mla_split_q<<<grid_for((int64_t)H * T * nope), 256, 0, stream>>>((const float *)q->data, q->stride[0],
+                                                                            q->stride[1], T, H, nope, qb);
+        NB_CUDA_LAUNCHED("mla_attention split q");
+        NB_TRY(nb_cuda_mla_gemm(ctx, 1, 0, r, (int)T2, nope, wb, r, (int64_t)hs * r, qb, nope, T2 * nope, qlat, r,
+                                T2 * r, H, W.alpha));
+    } else {
+        NB_TRY(nb_cuda_mla_gemm(ctx, 0, 0, r, T, nope, wb, r, (int64_t)hs * r, q->data, q->stride[0], q->stride[1], qlat,
+                                r, (int64_t)T * r, H, W.alpha));
+    }
+
+    // 2. attention over the latent
+    mla_args a;
+    a.q = (const float *)q->data;
+    a.qs0 = q->stride[0];
+    a.qs1 = q->stride[1];
+    a.qlat = qlat;
+    a.two = two;
+    a.lat = (const float *)latent_pool->data;
+    a.kpe = (const float *)kpe_pool->data;
+    a.ls0 = latent_pool->stride[0];
+    a.ps0 = kpe_pool->stride[0];
+    a.pool_rows = latent_pool->shape[0];
+    a.idx = *idx;
+    a.sel_pos = sel ? sel->pos : NULL;
+    a.sel_count = sel ? sel->count : NULL;
+    a.sel_stride = sel ? sel->stride : 0;
+    a.scale = scale;
+    a.T = T, a.H = H, a.r = r, a.rope = rope, a.nope = nope, a.Dp = Dp;
+    a.part = S > 1 ? (float *)(scr + o_pt) : NULL;
+    a.o32 = W.bf16 ? NULL : (float *)(scr + o_ol);
+    a.ob = W.bf16 ? (uint16_t *)(scr + o_ol) : NULL;
+    NB_CUDA_TRY(cudaFuncSetAttribute(k_mla_attend, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    k_mla_attend<<<dim3((unsigned)T, (unsigned)groups, (unsigned)S), MLA_THREADS, smem, stream>>>(a);
+    NB_CUDA_LAUNCHED("mla_attention");
+    if (S > 1) {
+        k_mla_merge<<<dim3((unsigned)T, (unsigned)H), 128, 0, stream>>>(a, S);
+        NB_CUDA_LAUNCHED("mla_attention merge");
+    }
+
+    // 3. out[h] (col-major v x T2) = W_uv[h] (stored [v, r] = col-major r x v, transposed) . o_lat[h]
+    const char *wuv = wb + (int64_t)nope * r * es;
+    if (W.bf16) {
+        float *o2 = (float *)(scr + o_o2);
+        NB_TRY(nb_cuda_mla_gemm(ctx, 1, 1, vd, (int)T2, r, wuv, r, (int64_t)hs * r, a.ob, r, T2 * r, o2, vd, T2 * vd, H,
+                                W.alpha));
+        k_mla_sum_out<<<grid_for((int64_t)H * T * vd), 256, 0, stream>>>(o2, T, H, vd, (float *)out->data,
+                                                                         out->stride[0], out->stride[1]);
+        NB_CUDA_LAUNCHED("mla_attention sum");
+    } else {
+        NB_TRY(nb_cuda_mla_gemm(ctx, 0, 1, vd, T, r, wuv, r, (int64_t)hs * r, a.o32, r, (int64_t)T * r,
+                                (float *)out->data, out->stride[0], out->stride[1], H, W.alpha));
+    }
+    return NB_OK;
+}

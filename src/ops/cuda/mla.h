@@ -1,0 +1,43 @@
+/* MLA on the GPU, internal to ops/cuda (the op itself is nb_cuda_mla_attention in
+ * cuda_ops.h). The absorbed form in three steps:
+ *   q_lat[h] = q_nope[h] . W_uk[h]            batched GEMM over heads (mla_gemm.cu)
+ *   o_lat[h] = softmax(q.[latent|k_pe]) latent  one block per (token, 16 heads, KV split) (mla.cu)
+ *   out[h]   = o_lat[h] . W_uv[h]^T             batched GEMM over heads (mla_gemm.cu)
+ * kv_b ([n_heads * (nope + v), rank], per head nope rows of W_uk then v rows of W_uv) is kept
+ * per layer in the form the GEMMs read, prepared once by nb_cuda_mla_register (cuda_ops.h),
+ * or per call in scratch for an unregistered weight. */
+#ifndef NB_OPS_CUDA_MLA_H
+#define NB_OPS_CUDA_MLA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ops/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* kv_b as the GEMMs read it: dense [n, rank] BF16 (bf16 = 1) or F32, times alpha. */
+typedef struct nb_cuda_mla_w {
+    const void *key; /* the nb_weight's data pointer it was prepared from */
+    void *w;
+    int bf16, owned;
+    float alpha;
+} nb_cuda_mla_w;
+
+/* The registered form of kv_b; else kv_b itself when dense BF16 / F32; else a form prepared
+ * now (on the context's stream) in scratch slot `slot`, valid until that slot is reused. */
+nb_status nb_cuda_mla_weights(nb_ops_ctx *ctx, const nb_weight *kv_b, int slot, nb_cuda_mla_w *out);
+
+/* Column-major, cuBLAS terms, for b < batch: C_b[m, n] = alpha * op(A_b)[m, k] . B_b[k, n].
+ * A is stored [m, k] (trans_a 0) or [k, m] (trans_a 1) with leading dimension lda; A and B
+ * are BF16 (bf16 = 1) or F32, C is F32 (overwritten). Strides in elements between batches. */
+nb_status nb_cuda_mla_gemm(nb_ops_ctx *ctx, int bf16, int trans_a, int m, int n, int k, const void *A, int64_t lda,
+                           int64_t sa, const void *B, int64_t ldb, int64_t sb, float *C, int64_t ldc, int64_t sc,
+                           int batch, float alpha);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

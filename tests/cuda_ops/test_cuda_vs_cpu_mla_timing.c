@@ -1,0 +1,116 @@
+/* MLA op timing on GLM-5's attention shapes (64 heads, nope 192, rope 64, v 256, rank 512,
+ * BF16 kv_b as the checkpoints and synthetic:glm5 store it): one decode token per sequence
+ * at context CTX (default 256), batches 1, 10 and 1000. Each batch is first checked against
+ * the CPU op (batches <= 10; normalized error, the registry test's tolerance), then timed:
+ * wall time of N calls through nb_op_mla_attention with a sync at the end (launch costs
+ * included, as in a forward step), printed with the bytes and FLOPs one call must move.
+ * Built against the library before the MLA rewrite with -DNB_MLA_TIMING_OLD (no
+ * registration) for the before/after table in bench/RESULTS.md.
+ * Run on the GPU machine: build-<name>/tests/test_cuda_vs_cpu_mla_timing [ctx]. */
+#include "base/clock.h"
+#include "cuda_test_util.h"
+#include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/device.h"
+
+#define F32 NB_DTYPE_F32
+
+static void time_batch(int B, int ctx, nb_wfmt fmt)
+{
+    const nb_mla_dims d = {64, 192, 64, 256, 512};
+    const int qk = d.qk_nope + d.qk_rope, rw = d.kv_lora_rank + d.qk_rope;
+    const int64_t rows = (int64_t)B * ctx;
+    tu_seed(1000 + B);
+    tu_weight kvb;
+    tu_weight_make(&kvb, fmt, (int64_t)d.n_heads * (d.qk_nope + d.v_dim), d.kv_lora_rank, 0.05f, 0);
+    float *pool = malloc((size_t)rows * rw * 4), *q = malloc((size_t)B * d.n_heads * qk * 4);
+    tu_fill(pool, (size_t)rows * rw, 1.0f);
+    tu_fill(q, (size_t)B * d.n_heads * qk, 1.0f);
+    int32_t *pos = malloc((size_t)B * 4), *base = malloc((size_t)B * 4), *table = malloc((size_t)rows * 4);
+    for (int i = 0; i < B; i++) {
+        pos[i] = ctx - 1;
+        base[i] = i * ctx;
+    }
+    /* rows of a sequence in pages of 64 scattered over the pool, as the paged KV pool places them */
+    const int64_t pages = rows / 64;
+    int64_t *perm = malloc((size_t)(pages > 0 ? pages : 1) * sizeof *perm);
+    for (int64_t i = 0; i < pages; i++) perm[i] = i;
+    for (int64_t i = pages - 1; i > 0; i--) {
+        int64_t j = (int64_t)(tu_u32() % (uint32_t)(i + 1)), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    for (int64_t r = 0; r < rows; r++) table[r] = (int32_t)(r / 64 < pages ? perm[r / 64] * 64 + r % 64 : r);
+    nb_attn_index hi = {B, pos, base, table};
+    nb_attn_index di = {B, tu_up(pos, (size_t)B * 4), tu_up(base, (size_t)B * 4), tu_up(table, (size_t)rows * 4)};
+    float *dpool = tu_up(pool, (size_t)rows * rw * 4);
+    nb_tensor hq = nb_tensor_3d(q, F32, B, d.n_heads, qk), dq = tu_twin(&hq);
+    nb_tensor hl = nb_tensor_2d(pool, F32, rows, d.kv_lora_rank), hp = nb_tensor_2d(pool + d.kv_lora_rank, F32, rows, d.qk_rope);
+    hl.stride[0] = hp.stride[0] = rw;
+    nb_tensor dl = hl, dp = hp;
+    dl.data = dpool;
+    dp.data = dpool + d.kv_lora_rank;
+    dl.device = dp.device = NB_DEVICE_CUDA;
+    const size_t on = (size_t)B * d.n_heads * d.v_dim;
+    float *o = malloc(on * 4), *ob = malloc(on * 4);
+    nb_tensor ho = nb_tensor_3d(o, F32, B, d.n_heads, d.v_dim), dout = ho;
+    dout.data = tu_poisoned(on * 4);
+    dout.device = NB_DEVICE_CUDA;
+    const float scale = 0.0625f;
+#ifndef NB_MLA_TIMING_OLD
+    NB_CHECK_OK(nb_cuda_mla_register(tu_gpu, &kvb.d, &d));
+#endif
+    NB_CHECK_OK(nb_op_mla_attention(tu_gpu, NB_MLA_ABSORBED, &d, &dq, &dl, &dp, &kvb.d, &di, NULL, scale, &dout));
+    if (B <= 10) {
+        NB_CHECK_OK(nb_op_mla_attention(tu_cpu, NB_MLA_ABSORBED, &d, &hq, &hl, &hp, &kvb.h, &hi, NULL, scale, &ho));
+        tu_down(&dout, ob);
+        char name[96];
+        snprintf(name, sizeof name, "mla timing check B=%d ctx %d kv_b %s", B, ctx, tu_fmt_name(fmt));
+        tu_compare(name, o, ob, on, NB_TOL_LT_BF16W);
+    }
+    const int iters = B >= 1000 ? 10 : 50;
+    for (int i = 0; i < 3; i++)
+        NB_CHECK_OK(nb_op_mla_attention(tu_gpu, NB_MLA_ABSORBED, &d, &dq, &dl, &dp, &kvb.d, &di, NULL, scale, &dout));
+    NB_CHECK_OK(nb_ops_sync(tu_gpu));
+    int64_t t0 = nb_now_ns();
+    for (int i = 0; i < iters; i++)
+        NB_CHECK_OK(nb_op_mla_attention(tu_gpu, NB_MLA_ABSORBED, &d, &dq, &dl, &dp, &kvb.d, &di, NULL, scale, &dout));
+    NB_CHECK_OK(nb_ops_sync(tu_gpu));
+    double ms = (double)(nb_now_ns() - t0) / 1e6 / iters;
+    /* what one call must at least move and compute: the latent rows (F32 pool) and kv_b once;
+     * scores over [latent | rope] and the weighted sum, plus the two absorption GEMMs */
+    double wbytes = (double)kvb.h.n * nb_weight_row_bytes(fmt, kvb.h.k);
+    double bytes = (double)rows * rw * 4 + wbytes;
+    double flops = 2.0 * B * d.n_heads * ((double)ctx * (rw + d.kv_lora_rank) +
+                                          (double)d.kv_lora_rank * (d.qk_nope + d.v_dim));
+    fprintf(stderr, "    mla time B=%-5d ctx %d kv_b %s: %8.3f ms/call  (%.1f MB, %.2f GFLOP: %.0f GB/s, %.1f TFLOP/s)\n", B, ctx,
+            tu_fmt_name(fmt), ms, bytes / 1e6, flops / 1e9, bytes / (ms * 1e-3) / 1e9, flops / (ms * 1e-3) / 1e12);
+#ifndef NB_MLA_TIMING_OLD
+    nb_cuda_mla_release(tu_gpu);
+#endif
+    free(pool), free(q), free(pos), free(base), free(table), free(perm), free(o), free(ob);
+    tu_weight_free(&kvb);
+    tu_free_all();
+}
+
+int main(int argc, char **argv)
+{
+    (void)tu_index_make; /* the shared helpers' batch builder: this file builds its own */
+    if (!nb_cuda_test_require_gpu()) return 77;
+    const int ctx = argc > 1 ? atoi(argv[1]) : 256;
+    if (ctx < 64 || ctx % 64) {
+        fprintf(stderr, "context must be a multiple of 64\n");
+        return 2;
+    }
+    char desc[256];
+    if (nb_cuda_device_describe(0, desc, sizeof desc) == NB_OK) fprintf(stderr, "device: %s\n", desc);
+    if (nb_ops_ctx_new_cpu(0, &tu_cpu) != NB_OK || nb_ops_ctx_new_cuda(0, &tu_gpu) != NB_OK) {
+        fprintf(stderr, "cannot create contexts: %s\n", nb_last_error());
+        return 1;
+    }
+    const int batches[] = {1, 10, 1000};
+    for (size_t i = 0; i < NB_ARRAY_LEN(batches); i++) time_batch(batches[i], ctx, NB_WFMT_BF16);
+    nb_ops_ctx_free(tu_gpu);
+    nb_ops_ctx_free(tu_cpu);
+    fprintf(stderr, "%s\n", nb_test_failures_ ? "FAILED" : "ok");
+    return nb_test_failures_ ? 1 : 0;
+}
