@@ -33,8 +33,9 @@ typedef struct nb_graph_sizes {
     int bs[NB_CUDA_GRAPH_MAX_SIZES]; /* ascending */
 } nb_graph_sizes;
 
-/* The captured sizes up to max_bs: 1, 2, 4, 8, 16, then every 16 to 64, every 32 to 256,
- * every 64 beyond, and max_bs itself when it is not on that grid. max_bs 0 means
+/* The captured sizes up to max_bs: every size to 8, then every 2 to 16, every 4 to 32, 8 to
+ * 64, 16 to 128, 32 to 256, 64 beyond, and max_bs itself when it is not on that grid (28
+ * sizes up to 256; they include 1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 160, 192, 224, 256). max_bs 0 means
  * NB_CUDA_GRAPH_DEFAULT_MAX_BS. NB_ERR_INVALID_ARG (naming --cuda-graph-max-bs) outside
  * [0, NB_CUDA_GRAPH_MAX_BS_LIMIT]. */
 nb_status nb_graph_sizes_for(int max_bs, nb_graph_sizes *out);

@@ -122,7 +122,9 @@ static void cr_free_graph_buffers(nb_cuda_runner *m)
 static nb_status cr_index_area(nb_cuda_runner *m, int64_t entries)
 {
     if (entries <= m->slot_cap && m->gidx) return NB_OK;
-    int64_t cap = NB_MAX(entries, 2 * m->slot_cap);
+    /* first: every slot of the pool once per row (sequences of a batch write distinct slots;
+     * only n choices sharing prompt pages read more), then doubling */
+    int64_t cap = m->gidx ? NB_MAX(entries, 2 * m->slot_cap) : NB_MAX(entries, m->engine_slots + m->max_bs + 1);
     nb_ops_ctx *ops = m->dev->ops;
     if (m->gidx) NB_LOG_DEBUG("cuda", "graph index area: %lld -> %lld slot entries; graphs recaptured",
                               (long long)m->slot_cap, (long long)cap);
@@ -279,6 +281,8 @@ static void cr_destroy(nb_runner *r)
     }
     free(m);
 }
+
+nb_ops_ctx *nb_cuda_runner_ops(const nb_runner *r) { return ((const nb_cuda_runner *)r)->dev->ops; }
 
 const float *nb_cuda_runner_logits(const nb_runner *r, int *rows)
 {

@@ -28,8 +28,13 @@ nb_status nb_cuda_runner_create(const char *spec, const nb_cuda_runner_opts *o, 
                                 double *kv_budget_bytes);
 
 /* The last step's logits in device memory, [*rows, vocab] F32 (row i: sequence i of that
- * batch), valid until the next forward; NULL before the first step or after a failed one. */
+ * batch), valid until the next forward; NULL before the first step or after a failed one.
+ * After forward(r, b, NULL) they may still be being computed on the stream of
+ * nb_cuda_runner_ops(r): read them with work queued on that stream, or after nb_ops_sync /
+ * through nb_ops_download on that context. */
 const float *nb_cuda_runner_logits(const nb_runner *r, int *rows);
+/* The ops context (stream, scratch) the runner's model runs on. */
+nb_ops_ctx *nb_cuda_runner_ops(const nb_runner *r);
 
 /* What the runner did with CUDA graphs so far (for logs, tests and benchmarks). */
 typedef struct nb_cuda_graph_stats {

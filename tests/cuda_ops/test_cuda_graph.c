@@ -1,13 +1,13 @@
 /* CUDA graphs for decode steps (engine/cuda_runner.c) against the eager CUDA path on
- * synthetic:glm5-tiny: two runners on the same weights, one with graphs (max batch 4: sizes
- * 1, 2, 4), one with --disable-cuda-graph, fed the same steps; every step's logits must be
+ * synthetic:glm5-tiny: two runners on the same weights, one with graphs (max batch 10: sizes
+ * 1..8, 10), one with --disable-cuda-graph, fed the same steps; every step's logits must be
  * bitwise identical (each op computes a token's row from that token's inputs alone, in the
  * same order whatever the batch, so padding and replay change no bit). Covers: batch 1
- * (graph 1), batch 3 (padded to 4), batch 6 (above the max: eager fallback), a graph made
- * stale by a prefill that grows the scratch (recaptured), logits kept on the device
- * (forward with NULL, read through nb_cuda_runner_logits). Label gpu; exits 77 without a GPU.
+ * (graph 1), batch 9 (padded to 10), batch 12 (above the max: eager fallback), batches 2 and
+ * 4, a graph made stale by a prefill that grows the scratch (recaptured), logits kept on the
+ * device (forward with NULL, read through nb_cuda_runner_logits on the runner's stream).
+ * Label gpu; exits 77 without a GPU.
  * Run: build-NAME/tests/test_cuda_graph */
-#include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +17,8 @@
 #include "ops/cuda/device.h"
 
 #define CTX 128      /* slots per sequence */
-#define MAX_SEQS 6
+#define MAX_SEQS 12
+#define MAX_BS 10
 #define MODEL "synthetic:glm5-tiny"
 
 typedef struct seq {
@@ -74,8 +75,8 @@ static int step(const int *ids, int n, const int *n_tok, int keep, const char *w
         int rows = 0;
         const float *d = nb_cuda_runner_logits(G, &rows);
         NB_CHECK(d != NULL && rows == n);
-        if (d && rows == n)
-            NB_CHECK(cudaMemcpy(lg, d, (size_t)n * V * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+        /* on the runner's stream: the step may still be running */
+        if (d && rows == n) NB_CHECK_OK(nb_ops_download(nb_cuda_runner_ops(G), lg, d, (size_t)n * V * sizeof(float)));
     }
     nb_status s2 = E->forward(E, &b, le);
     NB_CHECK_MSG(s2 == NB_OK, "%s: eager runner: %s", what, nb_last_error());
@@ -121,7 +122,7 @@ static void stats(nb_cuda_graph_stats *g) { nb_cuda_runner_graph_stats(G, g); }
 
 static void test_graph_vs_eager(void)
 {
-    nb_cuda_runner_opts og = {0, 4, 0}, oe = {0, 4, 1};
+    nb_cuda_runner_opts og = {0, MAX_BS, 0}, oe = {0, MAX_BS, 1};
     double kv;
     if (!nb_cuda_test_require_gpu()) {
         nb_test_skip("no GPU");
@@ -135,13 +136,14 @@ static void test_graph_vs_eager(void)
     V = G->vocab_size;
     lg = malloc((size_t)MAX_SEQS * CTX * V * sizeof(float));
     le = malloc((size_t)MAX_SEQS * CTX * V * sizeof(float));
-    for (int s = 0; s < MAX_SEQS; s++) seq_init(s, 6 + 5 * s);
+    for (int s = 0; s < MAX_SEQS; s++) seq_init(s, 6 + 3 * s);
     nb_cuda_graph_stats g0, g1;
     stats(&g0);
-    NB_CHECK(g0.enabled && g0.max_bs == 4 && g0.n_sizes == 3 && g0.captured == 0);
+    NB_CHECK(g0.enabled && g0.max_bs == MAX_BS && g0.n_sizes == 9 && g0.captured == 0);
 
     /* batch 1: first decode step runs eagerly and captures, the rest replay */
-    int a[MAX_SEQS] = {0, 1, 2, 3, 4, 5}, l[MAX_SEQS] = {6, 11, 16, 21, 26, 31};
+    int a[MAX_SEQS], l[MAX_SEQS];
+    for (int s = 0; s < MAX_SEQS; s++) a[s] = s, l[s] = 6 + 3 * s;
     int bad = prefill(a, 1, l, "prefill seq 0");
     for (int k = 0; k < 5 && !bad; k++) bad |= decode(a, 1, k & 1, "decode batch 1");
     stats(&g1);
@@ -149,34 +151,37 @@ static void test_graph_vs_eager(void)
                  "batch 1: %lld captures, %lld replays, %lld failures", (long long)g1.captures, (long long)g1.replays,
                  (long long)g1.capture_failures);
 
-    /* a prefill of 27 tokens grows the activations: the batch-1 graph is stale, recaptured */
-    bad |= prefill(a + 1, 2, l + 1, "prefill seqs 1, 2");
+    /* a prefill of 156 tokens grows the scratch: the batch-1 graph is stale, recaptured */
+    bad |= prefill(a + 1, 8, l + 1, "prefill seqs 1..8");
     for (int k = 0; k < 3 && !bad; k++) bad |= decode(a, 1, 0, "decode batch 1 after growth");
     stats(&g1);
     NB_CHECK_MSG(g1.captures == 2 && g1.replays == 6, "after growth: %lld captures, %lld replays",
                  (long long)g1.captures, (long long)g1.replays);
 
-    /* batch 3, padded to 4 */
-    for (int k = 0; k < 6 && !bad; k++) bad |= decode(a, 3, k & 1, "decode batch 3 (graph 4)");
+    /* batch 9, padded to 10 */
+    for (int k = 0; k < 6 && !bad; k++) bad |= decode(a, 9, k & 1, "decode batch 9 (graph 10)");
     stats(&g1);
     NB_CHECK_MSG(g1.captures == 3 && g1.replays == 11 && g1.padded_rows == 5,
-                 "batch 3: %lld captures, %lld replays, %lld padding rows", (long long)g1.captures,
+                 "batch 9: %lld captures, %lld replays, %lld padding rows", (long long)g1.captures,
                  (long long)g1.replays, (long long)g1.padded_rows);
 
-    /* batch 6 > max 4: eager, no graph work */
-    bad |= prefill(a + 3, 3, l + 3, "prefill seqs 3, 4, 5");
+    /* batch 12 > max 10: eager, no graph work */
+    bad |= prefill(a + 9, 3, l + 9, "prefill seqs 9, 10, 11");
     nb_cuda_graph_stats g2;
     stats(&g2);
-    for (int k = 0; k < 3 && !bad; k++) bad |= decode(a, 6, k & 1, "decode batch 6 (eager)");
+    for (int k = 0; k < 3 && !bad; k++) bad |= decode(a, 12, k & 1, "decode batch 12 (eager)");
     stats(&g1);
     NB_CHECK(g1.replays == g2.replays && g1.captures == g2.captures && g1.eager_steps == g2.eager_steps + 3);
 
-    /* batch 2 and batch 4, then batch 3 again from its graph (the contents changed only) */
-    for (int k = 0; k < 2 && !bad; k++) bad |= decode(a + 4, 2, 0, "decode batch 2");
+    /* batches 2 and 4 (new graphs), then batch 9 again from its graph (only the contents
+     * of the index arrays changed) */
+    for (int k = 0; k < 2 && !bad; k++) bad |= decode(a + 10, 2, 0, "decode batch 2");
     for (int k = 0; k < 2 && !bad; k++) bad |= decode(a + 1, 4, 0, "decode batch 4");
-    for (int k = 0; k < 2 && !bad; k++) bad |= decode(a + 2, 3, 1, "decode batch 3 again");
+    for (int k = 0; k < 2 && !bad; k++) bad |= decode(a + 2, 9, 1, "decode batch 9 again");
     stats(&g2);
-    NB_CHECK(g2.capture_failures == 0 && g2.captured == 3);
+    NB_CHECK_MSG(g2.capture_failures == 0 && g2.captured == 4 && g2.captures == 5 && g2.replays == 15,
+                 "end: %d graphs held, %lld captures, %lld replays, %lld failures", g2.captured,
+                 (long long)g2.captures, (long long)g2.replays, (long long)g2.capture_failures);
     fprintf(stderr, "  %lld steps bitwise equal; graphs: %lld replays, %lld captures (%.1f ms), %lld eager steps, "
                     "%lld padding rows\n",
             (long long)steps_checked, (long long)g2.replays, (long long)g2.captures, g2.capture_ms,

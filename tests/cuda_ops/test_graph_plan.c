@@ -14,15 +14,16 @@ static void test_sizes(void)
 {
     nb_graph_sizes s;
     NB_CHECK_OK(nb_graph_sizes_for(0, &s));
-    static const int want[] = {1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 160, 192, 224, 256};
+    static const int want[] = {1,  2,  3,  4,  5,  6,   7,   8,   10,  12,  14,  16,  20,  24,
+                               28, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256};
     NB_CHECK(s.n == (int)NB_ARRAY_LEN(want));
     for (int i = 0; i < s.n && i < (int)NB_ARRAY_LEN(want); i++) NB_CHECK_MSG(s.bs[i] == want[i], "bs[%d] = %d", i, s.bs[i]);
     NB_CHECK_OK(nb_graph_sizes_for(1, &s));
     NB_CHECK(s.n == 1 && s.bs[0] == 1);
     NB_CHECK_OK(nb_graph_sizes_for(4, &s));
-    NB_CHECK(s.n == 3 && s.bs[0] == 1 && s.bs[1] == 2 && s.bs[2] == 4);
+    NB_CHECK(s.n == 4 && s.bs[0] == 1 && s.bs[1] == 2 && s.bs[2] == 3 && s.bs[3] == 4);
     NB_CHECK_OK(nb_graph_sizes_for(100, &s));
-    NB_CHECK(s.n == 10 && s.bs[8] == 96 && s.bs[9] == 100);
+    NB_CHECK(s.n == 23 && s.bs[21] == 96 && s.bs[22] == 100);
     NB_CHECK_OK(nb_graph_sizes_for(320, &s));
     NB_CHECK(s.bs[s.n - 2] == 256 && s.bs[s.n - 1] == 320);
     for (int mb = 1; mb <= NB_CUDA_GRAPH_MAX_BS_LIMIT; mb++) {
@@ -63,9 +64,13 @@ static void test_bucket(void)
     }
     nb_graph_sizes s;
     NB_CHECK_OK(nb_graph_sizes_for(0, &s));
-    NB_CHECK(s.bs[nb_graph_bucket(&s, 3)] == 4);
-    NB_CHECK(s.bs[nb_graph_bucket(&s, 10)] == 16);
+    NB_CHECK(s.bs[nb_graph_bucket(&s, 3)] == 3);
+    NB_CHECK(s.bs[nb_graph_bucket(&s, 9)] == 10);
+    NB_CHECK(s.bs[nb_graph_bucket(&s, 17)] == 20);
     NB_CHECK(s.bs[nb_graph_bucket(&s, 200)] == 224);
+    /* padding stays under a quarter of the batch (and 16, the gemv/cuBLASLt boundary, is a size) */
+    for (int n = 9; n <= 256; n++) NB_CHECK_MSG(4 * (s.bs[nb_graph_bucket(&s, n)] - n) < n, "n %d", n);
+    NB_CHECK(s.bs[nb_graph_bucket(&s, 16)] == 16);
 }
 
 static uint64_t rng = 88172645463325252ull;
