@@ -2,6 +2,9 @@
  * sampler; thread-safe submit/abort; events to per-request callbacks.
  * Each step: take new requests and aborts → plan (src/sched) → one forward → sample for
  * every sequence that finished its pending tokens → deliver → finish (pages freed).
+ * Sampling runs on the runner's backend when it has a sample hook (runner.h; the logits then
+ * never come to the host, only ids and log-probabilities), else on the host; both draw the
+ * same tokens (ops/sample_math.h). NIBBLE_HOST_SAMPLING=1 forces the host path (A/B runs).
  * Exercised by tests/engine/test_engine.c (fake runner) and nibble generate/bench-offline. */
 #include "engine/engine.h"
 
@@ -49,9 +52,15 @@ struct nb_engine {
     nb_kv_pages kv;
     nb_sched sched;
     nb_sampler sampler;
-    float *logits;
+    float *logits;              /* host path only */
     size_t logits_rows;
     nb_seq_step *steps;
+    int dev_sample;             /* the runner samples (its sample hook) */
+    nb_sample_params *sp_rows;  /* [logits_rows] device-sampling requests */
+    nb_sample_out *so_rows;     /* [logits_rows] their results */
+    int32_t *h_off;             /* [logits_rows + 1] */
+    int32_t *h_tok, *h_cnt;     /* [h_cap] penalty histories */
+    size_t h_cap;
 
     /* engine thread only */
     nb_req **live;
@@ -306,13 +315,12 @@ static int nb_is_stop_token(const nb_engine *e, const nb_req *r, int32_t t)
     return 0;
 }
 
-/* Sample one token for choice ci from its logits row, deliver it, finish if due. */
-static void nb_sample_and_deliver(nb_engine *e, nb_req *r, int ci, float *row)
+/* Deliver the token sampled for choice ci, finish if due. */
+static void nb_deliver(nb_engine *e, nb_req *r, int ci, const nb_sample *smp_in)
 {
     nb_choice *c = &r->ch[ci];
     nb_seq *q = c->seq;
-    nb_sample smp;
-    nb_sample_token(&e->sampler, row, &r->sp, c->seed, q->tokens, q->prompt_len, q->len, &smp);
+    nb_sample smp = *smp_in;
     if (nb_seq_append(q, smp.token) != NB_OK) {
         NB_LOG_ERROR("engine", "request %llu: %s; aborting it", (unsigned long long)r->id, nb_last_error());
         nb_emit_finish(e, r, ci, NB_FINISH_ABORT, -1, -1);
@@ -413,14 +421,70 @@ static nb_status nb_grow_buffers(nb_engine *e, int rows)
     if ((size_t)rows <= e->logits_rows) return NB_OK;
     size_t nr = e->logits_rows ? e->logits_rows : 16;
     while (nr < (size_t)rows) nr *= 2;
-    float *l = realloc(e->logits, nr * (size_t)e->info.vocab_size * sizeof *l);
-    if (!l) return nb_error(NB_ERR_OUT_OF_MEMORY, "logits buffer for %zu rows", nr);
-    e->logits = l;
+    if (e->dev_sample) { /* the logits stay on the backend: requests and results only */
+        nb_sample_params *sp = realloc(e->sp_rows, nr * sizeof *sp);
+        if (sp) e->sp_rows = sp;
+        nb_sample_out *so = realloc(e->so_rows, nr * sizeof *so);
+        if (so) e->so_rows = so;
+        int32_t *off = realloc(e->h_off, (nr + 1) * sizeof *off);
+        if (off) e->h_off = off;
+        if (!sp || !so || !off) return nb_error(NB_ERR_OUT_OF_MEMORY, "sampling requests for %zu rows", nr);
+    } else {
+        float *l = realloc(e->logits, nr * (size_t)e->info.vocab_size * sizeof *l);
+        if (!l) return nb_error(NB_ERR_OUT_OF_MEMORY, "logits buffer for %zu rows", nr);
+        e->logits = l;
+    }
     nb_seq_step *s = realloc(e->steps, nr * sizeof *s);
     if (!s) return nb_error(NB_ERR_OUT_OF_MEMORY, "batch of %zu sequences", nr);
     e->steps = s;
     e->logits_rows = nr;
     return NB_OK;
+}
+
+static int nb_has_penalty(const nb_sampling_params *sp)
+{
+    return sp->repetition_penalty != 1.0f || sp->frequency_penalty != 0.0f || sp->presence_penalty != 0.0f;
+}
+
+/* Sample every row that wants a token on the runner's backend: one request per logits row
+ * (skip for prefill chunks that are not done), penalty histories as CSR. */
+static nb_status nb_sample_on_runner(nb_engine *e, const nb_plan *pl)
+{
+    int R = pl->n_items, V = e->info.vocab_size;
+    size_t need = 0;
+    for (int i = 0; i < R; i++) {
+        const nb_plan_item *it = &pl->items[i];
+        if (it->want_logits && nb_has_penalty(&((nb_req *)it->seq->owner)->sp))
+            need += (size_t)NB_MIN(it->seq->len, V);
+    }
+    if (need > e->h_cap) {
+        size_t nc = NB_MAX(need, 2 * e->h_cap);
+        int32_t *t = realloc(e->h_tok, nc * sizeof *t);
+        if (t) e->h_tok = t;
+        int32_t *c = realloc(e->h_cnt, nc * sizeof *c);
+        if (c) e->h_cnt = c;
+        if (!t || !c) return nb_error(NB_ERR_OUT_OF_MEMORY, "penalty histories of %zu tokens", nc);
+        e->h_cap = nc;
+    }
+    e->h_off[0] = 0;
+    for (int i = 0; i < R; i++) {
+        const nb_plan_item *it = &pl->items[i];
+        int n = 0;
+        if (!it->want_logits) {
+            memset(&e->sp_rows[i], 0, sizeof e->sp_rows[i]);
+            e->sp_rows[i].skip = 1;
+        } else {
+            nb_req *r = it->seq->owner;
+            const nb_seq *q = it->seq;
+            e->sp_rows[i] = nb_sample_params_for(&r->sp, r->ch[q->index].seed, (uint64_t)(q->len - q->prompt_len));
+            n = nb_sampler_history(&e->sampler, &r->sp, q->tokens, q->prompt_len, q->len, e->h_tok + e->h_off[i],
+                                   e->h_cnt + e->h_off[i]);
+        }
+        e->h_off[i + 1] = e->h_off[i] + n;
+    }
+    nb_sample_hist h = {e->h_off, e->h_tok, e->h_cnt, e->h_off[R]};
+    nb_runner *rn = e->parts.runner;
+    return rn->sample(rn, R, e->sp_rows, &h, e->so_rows);
 }
 
 static void nb_update_stats(nb_engine *e, double step_ms, const nb_plan *pl)
@@ -472,12 +536,13 @@ static int nb_step(nb_engine *e)
         }
         nb_batch b = {.n_seqs = pl->n_items, .seqs = e->steps};
         int64_t f0 = nb_now_ns();
-        st = e->parts.runner->forward(e->parts.runner, &b, e->logits);
+        st = e->parts.runner->forward(e->parts.runner, &b, e->dev_sample ? NULL : e->logits);
         e->last_forward_ms = (double)(nb_now_ns() - f0) * 1e-6;
+        if (st == NB_OK && e->dev_sample) st = nb_sample_on_runner(e, pl);
     }
     if (st != NB_OK) {
         /* A failing backend leaves KV rows undefined: end everything that is live. */
-        NB_LOG_ERROR("engine", "forward failed, aborting %d requests: %s", e->n_live, nb_last_error());
+        NB_LOG_ERROR("engine", "forward or sampling failed, aborting %d requests: %s", e->n_live, nb_last_error());
         pthread_mutex_lock(&e->mu);
         e->failed = 1;
         pthread_mutex_unlock(&e->mu);
@@ -491,7 +556,15 @@ static int nb_step(nb_engine *e)
         const nb_plan_item *it = &pl->items[i];
         if (!it->want_logits) continue;
         nb_req *r = it->seq->owner;
-        nb_sample_and_deliver(e, r, it->seq->index, e->logits + (size_t)i * e->info.vocab_size);
+        nb_sample smp;
+        if (e->dev_sample) {
+            nb_sample_from_out(&e->so_rows[i], &smp);
+        } else {
+            const nb_seq *q = it->seq;
+            nb_sample_token(&e->sampler, e->logits + (size_t)i * e->info.vocab_size, &r->sp, r->ch[q->index].seed,
+                            q->tokens, q->prompt_len, q->len, &smp);
+        }
+        nb_deliver(e, r, it->seq->index, &smp);
     }
     double ms = (double)(nb_now_ns() - t0) * 1e-6;
     NB_LOG_TRACE("engine", "step: %d decodes, %d prefill tokens, %d preempted, %.2f ms", pl->n_decode,
@@ -704,6 +777,11 @@ nb_status nb_engine_create_from_parts(const nb_engine_params *p, nb_engine_parts
         st = nb_sched_init(&e->sched, &sp, &e->kv);
     }
     if (st == NB_OK) st = nb_sampler_init(&e->sampler, in->vocab_size);
+    const char *hs = getenv("NIBBLE_HOST_SAMPLING");
+    e->dev_sample = rn->sample != NULL && !(hs && hs[0] && strcmp(hs, "0"));
+    if (rn->sample)
+        NB_LOG_INFO("engine", "sampling on the %s",
+                    e->dev_sample ? "backend (logits stay there)" : "host (NIBBLE_HOST_SAMPLING)");
     if (st == NB_OK) st = nb_grow_buffers(e, 16);
     if (st == NB_OK) {
         char line[160];
@@ -751,6 +829,11 @@ void nb_engine_destroy(nb_engine *e)
     nb_sampler_free(&e->sampler);
     free(e->logits);
     free(e->steps);
+    free(e->sp_rows);
+    free(e->so_rows);
+    free(e->h_off);
+    free(e->h_tok);
+    free(e->h_cnt);
     nb_parts_release(&e->parts);
     free(e->model_spec);
     pthread_mutex_destroy(&e->mu);

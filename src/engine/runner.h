@@ -7,7 +7,13 @@
  *   every sequence, tokens at positions start_pos.. write their KV rows at
  *   slots[start_pos..]; earlier rows are read through slots[0..start_pos); the logits of
  *   each sequence's last token go to row i of `logits` ([n_seqs][vocab]). A sequence's
- *   result must not depend on the other sequences in the batch. */
+ *   result must not depend on the other sequences in the batch. A runner that has `sample`
+ *   also accepts logits == NULL: the logits stay on its backend for the sample call.
+ * Contract of sample() (optional; NULL: the engine samples on the host from forward's
+ *   logits): right after forward(r, b, NULL), sample row i of that batch's logits with
+ *   params[i] and row i of hist (host arrays; hist->off has n_rows + 1 entries, tokens of a
+ *   row distinct) into out[i] (host memory), exactly as nb_op_sample (ops.h) does, so the
+ *   tokens equal the host path's. Rows with params[i].skip are left alone. */
 #ifndef NB_ENGINE_RUNNER_H
 #define NB_ENGINE_RUNNER_H
 
@@ -20,6 +26,9 @@ typedef struct nb_runner nb_runner;
 struct nb_runner {
     /* Run the batch; NB_OK or the backend's error (the engine then aborts the batch). */
     nb_status (*forward)(nb_runner *r, const nb_batch *b, float *logits);
+    /* Optional: sample on the backend after forward(r, b, NULL) (contract above). */
+    nb_status (*sample)(nb_runner *r, int n_rows, const nb_sample_params *params, const nb_sample_hist *hist,
+                        nb_sample_out *out);
     /* Make room for KV rows 0..n_slots-1 (called once, before the first forward). */
     nb_status (*reserve_kv)(nb_runner *r, int64_t n_slots);
     void (*destroy)(nb_runner *r);
