@@ -18,6 +18,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "engine/cuda_graph.h"
+#include "engine/dev_sample.h"
 #include "engine/fwd_dump.h"
 #include "model/synthetic.h"
 #include "model/upload.h"
@@ -60,6 +61,7 @@ typedef struct nb_cuda_runner {
     nb_cuda_staging *stage; /* pinned host twin of gidx */
 #endif
     nb_cuda_graph_stats stats;
+    nb_dev_sampler smp; /* GPU sampling (runner.h sample hook, engine/dev_sample.h) */
 } nb_cuda_runner;
 
 nb_status nb_kv_pool_init_on(nb_kv_pool *pool, const nb_model_config *cfg, int64_t n_slots, nb_ops_ctx *ops)
@@ -246,6 +248,15 @@ static nb_status cr_forward(nb_runner *r, const nb_batch *b, float *logits)
     return NB_OK;
 }
 
+/* Sampling on the GPU over the logits the last forward(NULL) left there (runner.h). */
+static nb_status cr_sample(nb_runner *r, int n, const nb_sample_params *params, const nb_sample_hist *hist,
+                           nb_sample_out *out)
+{
+    nb_cuda_runner *m = (nb_cuda_runner *)r;
+    return nb_dev_sample(&m->smp, m->dev->ops, (float *)m->last_logits, m->last_rows, m->dev->cfg.vocab_size, n,
+                         params, hist, out);
+}
+
 static nb_status cr_reserve(nb_runner *r, int64_t n_slots)
 {
     nb_cuda_runner *m = (nb_cuda_runner *)r;
@@ -271,6 +282,7 @@ static void cr_destroy(nb_runner *r)
                     m->stats.capture_ms, (long long)m->stats.padded_rows);
     if (m->dev) {
         cr_free_graph_buffers(m);
+        nb_dev_sampler_free(&m->smp, m->dev->ops);
         nb_kv_pool_free_on(&m->pool, m->dev->ops);
         nb_model_upload_free(m->dev);
     }
@@ -373,6 +385,7 @@ nb_status nb_cuda_runner_create(const char *spec, const nb_cuda_runner_opts *o, 
     (void)mem_fraction;
     nb_runner *r = &m->base;
     r->forward = cr_forward;
+    r->sample = cr_sample;
     r->reserve_kv = cr_reserve;
     r->destroy = cr_destroy;
     r->vocab_size = c->vocab_size;
