@@ -1,7 +1,7 @@
 /* The arithmetic of nb_op_sample (ops.h), written once for the CPU op (ops/cpu/sample.c) and
  * the CUDA op (ops/cuda/sample.cu) so that both make bit-identical decisions: every value a
  * decision depends on (penalized logits, the weights exp((l - m) / T), the kept set, the
- * draw) is computed with single IEEE operations (explicit fma, no contraction, no library
+ * draw) is computed with single IEEE operations (rounded multiply and add spelled out, no contraction, no library
  * exp whose last bit differs between glibc and CUDA) and integer sums, which are the same in
  * any order. Only the log-probabilities (reported, never decided on) use library exp/log.
  * Exercised by tests/engine/test_sampling.c and tests/cuda_ops/test_cuda_sample.c. */
@@ -17,9 +17,10 @@
 #define NB_SM_FN static inline
 #endif
 
-/* Device code would otherwise fuse a*b+c and round divisions differently: spell each op. */
+/* Device code would otherwise fuse a*b+c and round divisions differently: spell each op.
+ * a*b+c is a rounded multiply then a rounded add on both sides (not fmaf: without -mfma the
+ * host would call glibc's fmaf nine times per token, 4x slower than the whole sampler). */
 #if defined(__CUDA_ARCH__)
-#define NB_SM_FMA(a, b, c) __fmaf_rn(a, b, c)
 #define NB_SM_MUL(a, b) __fmul_rn(a, b)
 #define NB_SM_ADD(a, b) __fadd_rn(a, b)
 #define NB_SM_SUB(a, b) __fsub_rn(a, b)
@@ -32,7 +33,6 @@
 #define NB_SM_BITSF(x) __uint_as_float(x)
 #else
 /* Host: the project builds C11 in ISO mode, where GCC does not contract a*b+c. */
-#define NB_SM_FMA(a, b, c) fmaf(a, b, c)
 #define NB_SM_MUL(a, b) ((a) * (b))
 #define NB_SM_ADD(a, b) ((a) + (b))
 #define NB_SM_SUB(a, b) ((a) - (b))
@@ -56,6 +56,7 @@ NB_SM_FN float nb_sm_bitsf_(uint32_t x)
 #define NB_SM_FBITS(x) nb_sm_fbits_(x)
 #define NB_SM_BITSF(x) nb_sm_bitsf_(x)
 #endif
+#define NB_SM_MAD(a, b, c) NB_SM_ADD(NB_SM_MUL(a, b), c)
 
 /* Keys order tokens for the filters and top-n: the value in the high bits, then the
  * complement of the id in the low NB_SM_ID_BITS, so a larger key is "better" and equal
@@ -82,22 +83,24 @@ NB_SM_FN double nb_sm_uniform(uint64_t seed, uint64_t k)
     return (double)(r >> 11) * (1.0 / 9007199254740992.0);
 }
 
-/* exp(a) for a <= 0: Cody-Waite reduction by ln 2 and a degree-6 polynomial, all fmaf, so
- * both compilers produce the same bits (about 2 ulp from the true value). Below -80 (and for
- * -inf / NaN) it returns 0: such weights truncate to 0 anyway. exp(0) is exactly 1. */
+/* exp(a) for a <= 0: Cody-Waite reduction by ln 2 (ln2_hi has 9 trailing zero bits, so
+ * k * ln2_hi is exact for |k| <= 116) and a degree-6 polynomial, each step one rounded
+ * multiply and one rounded add, so both compilers produce the same bits (a few ulp from the
+ * true value). Below -80 (and for -inf / NaN) it returns 0: such weights truncate to 0
+ * anyway. exp(0) is exactly 1. */
 NB_SM_FN float nb_sm_exp(float a)
 {
     if (!(a > -80.0f)) return 0.0f;
     float k = rintf(NB_SM_MUL(a, 1.44269502f));
-    float r = NB_SM_FMA(k, -0.693145752f, a);
-    r = NB_SM_FMA(k, -1.42860677e-6f, r);
+    float r = NB_SM_MAD(k, -0.693145752f, a);
+    r = NB_SM_MAD(k, -1.42860677e-6f, r);
     float p = 1.38888889e-3f;
-    p = NB_SM_FMA(p, r, 8.33333333e-3f);
-    p = NB_SM_FMA(p, r, 4.16666667e-2f);
-    p = NB_SM_FMA(p, r, 1.66666667e-1f);
-    p = NB_SM_FMA(p, r, 0.5f);
-    p = NB_SM_FMA(p, r, 1.0f);
-    p = NB_SM_FMA(p, r, 1.0f);
+    p = NB_SM_MAD(p, r, 8.33333333e-3f);
+    p = NB_SM_MAD(p, r, 4.16666667e-2f);
+    p = NB_SM_MAD(p, r, 1.66666667e-1f);
+    p = NB_SM_MAD(p, r, 0.5f);
+    p = NB_SM_MAD(p, r, 1.0f);
+    p = NB_SM_MAD(p, r, 1.0f);
     int ki = (int)k; /* in [-116, 0]: 2^k is a normal float */
     return NB_SM_MUL(p, NB_SM_BITSF((uint32_t)(ki + 127) << 23));
 }
