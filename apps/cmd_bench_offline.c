@@ -234,6 +234,9 @@ typedef struct bo_level {
     int floor_steps, compute_bound_steps, attrib_mismatch;
     double floor_mean, floor_p50, ratio_mean, ratio_p50, fwd_ratio_p50;
     double weight_gb, kv_gb, tflop; /* per step, means */
+    /* every step: decode tokens, prefill tokens, attended positions (plain, DSA-capped),
+     * step ms, forward ms, floor ms (0 without a floor or for steps with prefill) */
+    double (*steps)[7];
 } bo_level;
 
 static void gen_prompts(int32_t *prompts, int64_t n, int seed, const nb_engine_info *info)
@@ -289,6 +292,9 @@ static int run_level(nb_engine *e, const nb_engine_info *info, const bo_floor_mo
         fflush(stdout);
     }
     nb_engine_trace(e, trace, trace_cap);
+    /* Hold the step loop while submitting, so every request arrives at once (as SGLang's
+     * offline benchmark hands its engine the whole batch), not one per step. */
+    nb_engine_test_gate(e, 1);
     st.t0 = nb_now_s();
     for (int i = 0; i < num; i++) {
         reqs[i] = (bo_req){&st, i, 0};
@@ -305,10 +311,12 @@ static int run_level(nb_engine *e, const nb_engine_info *info, const bo_floor_mo
         }
         L->submitted++;
     }
+    nb_engine_test_gate(e, 0);
     pthread_mutex_lock(&st.mu);
     while (st.pending > 0) pthread_cond_wait(&st.cv, &st.mu);
     pthread_mutex_unlock(&st.mu);
     L->dur = nb_now_s() - st.t0;
+    nb_engine_wait_idle(e); /* the last step is recorded after its tokens are delivered */
     int n_steps = nb_engine_trace_count(e);
     nb_engine_trace(e, NULL, 0);
     L->n_steps = n_steps;
@@ -317,7 +325,15 @@ static int run_level(nb_engine *e, const nb_engine_info *info, const bo_floor_mo
     L->out_tok = (double)st.out_tokens;
     int nd = 0, np = 0, nf = 0;
     double wsum = 0, ksum = 0, fsum = 0;
+    L->steps = calloc((size_t)n_steps + 1, sizeof *L->steps);
     for (int i = 0; i < n_steps; i++) {
+        if (L->steps) {
+            double *r = L->steps[i];
+            r[0] = trace[i].n_decode, r[1] = trace[i].n_prefill_tokens, r[2] = st.kv_tok[i], r[3] = st.kv_eff[i];
+            r[4] = trace[i].ms, r[5] = trace[i].forward_ms;
+            if (fm->ok && trace[i].n_prefill_tokens == 0)
+                r[6] = floor_of(fm, trace[i].n_decode, st.kv_tok[i], st.kv_eff[i]).ms;
+        }
         L->fwd_s += trace[i].forward_ms * 1e-3;
         if (trace[i].n_prefill_tokens == 0) {
             dec[nd++] = trace[i].ms;
@@ -427,16 +443,20 @@ done:
 }
 
 static void write_json(FILE *f, const char *model, const nb_engine_info *info, const bo_floor_model *fm, int in_len,
-                       int out_len, const bo_level *L, int n)
+                       int out_len, double load_s, const bo_level *L, int n)
 {
-    fprintf(f, "{\"model\": \"%s\", \"backend\": \"%s\", \"input_len\": %d, \"output_len\": %d", model,
-            info->backend == NB_BACKEND_CUDA ? "cuda" : "cpu", in_len, out_len);
+    fprintf(f, "{\"model\": \"%s\", \"backend\": \"%s\", \"input_len\": %d, \"output_len\": %d, \"load_s\": %.3f",
+            model, info->backend == NB_BACKEND_CUDA ? "cuda" : "cpu", in_len, out_len, load_s);
     if (fm->ok)
         fprintf(f, ", \"device\": \"%s\", \"copy_GBps\": %.1f, \"bf16_TFLOPs\": %.1f, \"floor\": {\"fixed_weight_bytes\": "
-                   "%.0f, \"expert_bytes\": %.0f, \"moe_layers\": %d, \"experts\": %d, \"topk\": %d, "
-                   "\"kv_bytes_per_token\": %.1f, \"experts_touched\": \"expectation under uniform routing\"}",
-                fm->device, fm->bw / 1e9, fm->rate / 1e12, fm->fixed_bytes, fm->expert_bytes, fm->n_moe, fm->n_experts,
-                fm->topk, fm->kv_bytes_per_token);
+                   "%.0f, \"embed_row_bytes\": %.0f, \"expert_bytes\": %.0f, \"expert_params\": %.0f, "
+                   "\"dense_params\": %.0f, \"moe_layers\": %d, \"experts\": %d, \"topk\": %d, "
+                   "\"kv_bytes_per_token\": %.1f, \"attn_flops_full\": %.0f, \"attn_flops_dsa\": %.0f, "
+                   "\"index_flops\": %.0f, \"dsa_topk\": %d, \"experts_touched\": \"expectation under uniform "
+                   "routing\"}",
+                fm->device, fm->bw / 1e9, fm->rate / 1e12, fm->fixed_bytes, fm->embed_row_bytes, fm->expert_bytes,
+                fm->expert_params, fm->dense_params, fm->n_moe, fm->n_experts, fm->topk, fm->kv_bytes_per_token,
+                fm->attn_flops_full, fm->attn_flops_dsa, fm->idx_flops, fm->dsa_topk);
     fprintf(f, ", \"levels\": [");
     for (int i = 0; i < n; i++) {
         const bo_level *l = &L[i];
@@ -456,6 +476,15 @@ static void write_json(FILE *f, const char *model, const nb_engine_info *info, c
                     "\"kv_attribution_mismatches\": %d",
                     l->floor_mean, l->floor_p50, l->ratio_mean, l->ratio_p50, l->fwd_ratio_p50,
                     l->compute_bound_steps, l->weight_gb, l->kv_gb, l->tflop, l->attrib_mismatch);
+        if (l->steps) { /* [decode, prefill, positions, positions DSA-capped, ms, forward ms, floor ms] */
+            fprintf(f, ", \"step_records\": [");
+            for (int k = 0; k < l->n_steps; k++) {
+                const double *r = l->steps[k];
+                fprintf(f, "%s[%.0f,%.0f,%.0f,%.0f,%.4f,%.4f,%.6g]", k ? "," : "", r[0], r[1], r[2], r[3], r[4], r[5],
+                        r[6]);
+            }
+            fprintf(f, "]");
+        }
         fprintf(f, "}");
     }
     fprintf(f, "\n]}\n");
@@ -531,11 +560,15 @@ int nb_cmd_bench_offline(int argc, char **argv)
 #endif
     }
     nb_engine *e = NULL;
+    double t_load = nb_now_s();
     nb_status s = nb_engine_create(&ep, &e);
     if (s != NB_OK) {
         fprintf(stderr, "nibble bench-offline: %s: %s\n", nb_strerror(s), nb_last_error());
         return 1;
     }
+    t_load = nb_now_s() - t_load;
+    printf("engine ready in %.2f s (model load, weights%s, KV pool)\n", t_load,
+           ep.backend == NB_BACKEND_CUDA ? " on the GPU" : "");
     nb_engine_info info;
     nb_engine_get_info(e, &info);
     if (in_len + out_len > info.context_length) {
@@ -564,7 +597,7 @@ int nb_cmd_bench_offline(int argc, char **argv)
            info.max_running_requests, ep.chunked_prefill_size, ep.num_continuous_decode_steps);
     fflush(stdout);
     int rc = 0;
-    bo_level L[BO_MAX_LEVELS], W;
+    bo_level L[BO_MAX_LEVELS], W = {0};
     if (warmup > 0) { /* not counted: first-use costs (handles, lazily captured graphs of small sizes) */
         rc |= run_level(e, &info, &fm, warmup, in_len, out_len < 8 ? out_len : 8, seed + 1000, 0, &W);
     }
@@ -584,10 +617,12 @@ int nb_cmd_bench_offline(int argc, char **argv)
             fprintf(stderr, "nibble bench-offline: cannot write %s\n", json);
             rc = 1;
         } else {
-            write_json(f, ep.model, &info, &fm, in_len, out_len, L, n_levels);
+            write_json(f, ep.model, &info, &fm, in_len, out_len, t_load, L, n_levels);
             fclose(f);
         }
     }
+    for (int i = 0; i < n_levels; i++) free(L[i].steps);
+    free(W.steps);
     nb_engine_destroy(e);
     return rc ? 1 : 0;
 }
