@@ -173,15 +173,19 @@ static void test_graph_vs_eager(void)
     stats(&g1);
     NB_CHECK(g1.replays == g2.replays && g1.captures == g2.captures && g1.eager_steps == g2.eager_steps + 3);
 
-    /* batches 2 and 4 (new graphs), then batch 9 again from its graph (only the contents
-     * of the index arrays changed) */
+    /* batches 2 and 4 (new graphs), then batch 9 again: from its graph, or recaptured when
+     * an eager step in between grew a scratch slot it reads (the MLA op's split workspace
+     * depends on the token count: the batch-12 steps can grow it) */
+    stats(&g2);
     for (int k = 0; k < 2 && !bad; k++) bad |= decode(a + 10, 2, 0, "decode batch 2");
     for (int k = 0; k < 2 && !bad; k++) bad |= decode(a + 1, 4, 0, "decode batch 4");
     for (int k = 0; k < 2 && !bad; k++) bad |= decode(a + 2, 9, 1, "decode batch 9 again");
-    stats(&g2);
-    NB_CHECK_MSG(g2.capture_failures == 0 && g2.captured == 4 && g2.captures == 5 && g2.replays == 15,
-                 "end: %d graphs held, %lld captures, %lld replays, %lld failures", g2.captured,
-                 (long long)g2.captures, (long long)g2.replays, (long long)g2.capture_failures);
+    stats(&g1);
+    const int64_t rep = g1.replays - g2.replays, cap = g1.captures - g2.captures;
+    NB_CHECK_MSG(g1.capture_failures == 0 && g1.captured == 4 && rep + cap == 6 && rep >= 3 && cap >= 2 && cap <= 3,
+                 "end: %d graphs held, %lld captures and %lld replays in the last 6 steps, %lld failures", g1.captured,
+                 (long long)cap, (long long)rep, (long long)g1.capture_failures);
+    g2 = g1;
     fprintf(stderr, "  %lld steps bitwise equal; graphs: %lld replays, %lld captures (%.1f ms), %lld eager steps, "
                     "%lld padding rows\n",
             (long long)steps_checked, (long long)g2.replays, (long long)g2.captures, g2.capture_ms,
