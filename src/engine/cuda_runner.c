@@ -95,12 +95,19 @@ void nb_kv_pool_free_on(nb_kv_pool *pool, nb_ops_ctx *ops)
 
 static void cr_drop_graphs(nb_cuda_runner *m)
 {
+    int any = 0;
+#if NIBBLE_HAVE_CUDA
+    for (int i = 0; i < NB_CUDA_GRAPH_MAX_SIZES; i++) any |= m->graph[i].g != NULL;
+    /* a replay may still be running: let it finish before its executable goes */
+    if (any && m->dev) nb_ops_sync(m->dev->ops);
+#endif
     for (int i = 0; i < NB_CUDA_GRAPH_MAX_SIZES; i++) {
 #if NIBBLE_HAVE_CUDA
         nb_cuda_graph_free(m->graph[i].g);
 #endif
         memset(&m->graph[i], 0, sizeof m->graph[i]);
     }
+    (void)any;
 }
 
 static void cr_free_graph_buffers(nb_cuda_runner *m)
@@ -209,6 +216,7 @@ static nb_status cr_graph_step(nb_cuda_runner *m, const nb_batch *b, int gi, flo
                              m->gidx + L.slot_table, m->gidx + L.rows, m->gidx + L.lrows};
     cr_graph *g = &m->graph[gi];
     if (g->g && !cr_graph_fresh(m, g)) { /* an eager step grew the scratch it reads */
+        NB_TRY(nb_ops_sync(ops));          /* its last replay may still be running */
         nb_cuda_graph_free(g->g);
         g->g = NULL;
     }
