@@ -12,7 +12,7 @@
 // bucket down finds the lowest bucket whose best token still satisfies the predicate
 // "ranked-above count < top_k and ranked-above weight <= top_p limit" (monotone in the key,
 // so the kept set is every key >= the boundary). It stops when that bucket holds one token;
-// keys are distinct, so at most 6 levels (usually 2). The row (620 KB at GLM-5's vocabulary) is re-read
+// keys are distinct, so at most 6 levels. The row (620 KB at GLM-5's vocabulary) is re-read
 // from L2 at each level; the weights are recomputed rather than stored.
 // Test and timing: tests/cuda_ops/test_cuda_sample.c.
 #include "ops/cuda/common.cuh"
