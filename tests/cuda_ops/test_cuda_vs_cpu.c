@@ -311,7 +311,9 @@ static void test_attention(void)
  * two-term activations (NB_TOL_LT_BF16W), F32 and FP8 the F32 GEMMs (NB_TOL_F32). */
 static void mla_case_ex(nb_mla_mode mode, int sparse, nb_wfmt kvfmt, nb_mla_dims d, int batch, int reg)
 {
-    const int rows = 1000, rw = d.kv_lora_rank + d.qk_rope + 7, qk = d.qk_nope + d.qk_rope;
+    /* registered cases use 16-byte aligned pool rows (the kernel's 16-byte copies), the
+     * others rows of an odd width (4-byte copies) */
+    const int rows = 1000, rw = d.kv_lora_rank + d.qk_rope + (reg ? 8 : 7), qk = d.qk_nope + d.qk_rope;
     int n_new[3][3] = {{5, 1, 0}, {100, 40, 1}, {1, 1, 1}}, n_past[3][3] = {{3, 200, 0}, {0, 60, 700}, {0, 37, 300}};
     const int nseq = batch == 0 ? 2 : 3;
     tu_index ix;

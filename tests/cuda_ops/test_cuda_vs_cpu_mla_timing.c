@@ -3,12 +3,17 @@
  * at context CTX (default 256), batches 1, 10 and 1000. Each batch is first checked against
  * the CPU op (batches <= 10; normalized error, the registry test's tolerance), then timed:
  * wall time of N calls through nb_op_mla_attention with a sync at the end (launch costs
- * included, as in a forward step), printed with the bytes and FLOPs one call must move.
+ * included, as in an eager forward step), then as a captured CUDA graph replayed N times
+ * (the device time of a decode step under graphs), printed with the bytes and FLOPs one call
+ * must move.
  * Built against the library before the MLA rewrite with -DNB_MLA_TIMING_OLD (no
  * registration) for the before/after table in bench/RESULTS.md.
  * Run on the GPU machine: build-<name>/tests/test_cuda_vs_cpu_mla_timing [ctx]. */
+#include <cuda_runtime.h>
+
 #include "base/clock.h"
 #include "cuda_test_util.h"
+#include "ops/cpu/cpu_ops.h" /* the context's stream, for the graph replay */
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/device.h"
 
@@ -76,14 +81,34 @@ static void time_batch(int B, int ctx, nb_wfmt fmt)
         NB_CHECK_OK(nb_op_mla_attention(tu_gpu, NB_MLA_ABSORBED, &d, &dq, &dl, &dp, &kvb.d, &di, NULL, scale, &dout));
     NB_CHECK_OK(nb_ops_sync(tu_gpu));
     double ms = (double)(nb_now_ns() - t0) / 1e6 / iters;
+    /* the same call captured once and replayed */
+    double gms = -1;
+    cudaStream_t st = (cudaStream_t)tu_gpu->stream;
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    if (cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+        nb_status cs = nb_op_mla_attention(tu_gpu, NB_MLA_ABSORBED, &d, &dq, &dl, &dp, &kvb.d, &di, NULL, scale, &dout);
+        cudaError_t ce = cudaStreamEndCapture(st, &graph);
+        if (cs == NB_OK && ce == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
+            cudaGraphLaunch(exec, st);
+            cudaStreamSynchronize(st);
+            int64_t g0 = nb_now_ns();
+            for (int i = 0; i < iters; i++) cudaGraphLaunch(exec, st);
+            if (cudaStreamSynchronize(st) == cudaSuccess) gms = (double)(nb_now_ns() - g0) / 1e6 / iters;
+        }
+        cudaGetLastError();
+    }
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
     /* what one call must at least move and compute: the latent rows (F32 pool) and kv_b once;
      * scores over [latent | rope] and the weighted sum, plus the two absorption GEMMs */
     double wbytes = (double)kvb.h.n * nb_weight_row_bytes(fmt, kvb.h.k);
     double bytes = (double)rows * rw * 4 + wbytes;
     double flops = 2.0 * B * d.n_heads * ((double)ctx * (rw + d.kv_lora_rank) +
                                           (double)d.kv_lora_rank * (d.qk_nope + d.v_dim));
-    fprintf(stderr, "    mla time B=%-5d ctx %d kv_b %s: %8.3f ms/call  (%.1f MB, %.2f GFLOP: %.0f GB/s, %.1f TFLOP/s)\n", B, ctx,
-            tu_fmt_name(fmt), ms, bytes / 1e6, flops / 1e9, bytes / (ms * 1e-3) / 1e9, flops / (ms * 1e-3) / 1e12);
+    fprintf(stderr, "    mla time B=%-5d ctx %d kv_b %s: %8.3f ms/call, graph %8.3f ms  (%.1f MB, %.2f GFLOP: %.0f GB/s, %.1f TFLOP/s in the graph)\n",
+            B, ctx, tu_fmt_name(fmt), ms, gms, bytes / 1e6, flops / 1e9, gms > 0 ? bytes / (gms * 1e-3) / 1e9 : 0.0,
+            gms > 0 ? flops / (gms * 1e-3) / 1e12 : 0.0);
 #ifndef NB_MLA_TIMING_OLD
     nb_cuda_mla_release(tu_gpu);
 #endif

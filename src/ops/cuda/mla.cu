@@ -31,6 +31,7 @@ typedef struct mla_args {
     int sel_stride;
     float scale;
     int T, H, r, rope, nope, Dp;
+    int vec; /* pool rows 16-byte aligned: chunk rows copied in 16-byte pieces */
     float *part;     /* splits > 1: [T][H][S][2 + r] (m, l, unnormalized sum) */
     float *o32;      /* F32 output [H][T][r] */
     uint16_t *ob;    /* or BF16 hi/lo output [H][2T][r] */
@@ -64,6 +65,23 @@ __device__ __forceinline__ void mla_put(const mla_args &a, int h, int t, int c, 
     }
 }
 
+// Asynchronous global -> shared copies (sm_80+): a chunk's rows are all in flight at once
+// instead of one dependent load per element.
+__device__ __forceinline__ void mla_cp16(void *dst, const void *src)
+{
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
+}
+__device__ __forceinline__ void mla_cp4(void *dst, const void *src)
+{
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src));
+}
+__device__ __forceinline__ void mla_cp_wait(void)
+{
+    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+}
+
 __global__ void __launch_bounds__(MLA_THREADS) k_mla_attend(mla_args a)
 {
     extern __shared__ float4 sh4[];
@@ -74,25 +92,32 @@ __global__ void __launch_bounds__(MLA_THREADS) k_mla_attend(mla_args a)
     float *corr = ps + MLA_P * MLA_G; /* [G] */
     float *mfin = corr + MLA_G, *lfin = mfin + MLA_G;
     int *rowid = (int *)(lfin + MLA_G); /* [P] */
-    const int t = blockIdx.x, h0 = blockIdx.y * MLA_G, s = blockIdx.z, S = gridDim.z;
+    // the head groups of one token are neighbours in the grid: its rows are read from HBM
+    // once and served from L2 to the other groups
+    const int groups = (a.H + MLA_G - 1) / MLA_G;
+    const int t = blockIdx.x / groups, h0 = (blockIdx.x - t * groups) * MLA_G, s = blockIdx.y, S = gridDim.y;
     const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
     const int T2 = a.two * a.T;
 
-    for (int g = w; g < MLA_G; g += MLA_THREADS / 32) {
-        const int h = h0 + g;
-        for (int c = lane; c < D; c += 32) {
-            float v = 0.0f;
-            if (h < a.H) {
-                if (c < a.r) {
-                    const float *ql = a.qlat + ((int64_t)h * T2 + t) * a.r + c;
-                    v = ql[0];
-                    if (a.two == 2) v += ql[(int64_t)a.T * a.r];
-                } else {
-                    v = a.q[(int64_t)t * a.qs0 + (int64_t)h * a.qs1 + a.nope + (c - a.r)];
-                }
+    const int r4 = a.r / 4;
+#pragma unroll 4
+    for (int e = tid; e < MLA_G * r4; e += MLA_THREADS) {
+        const int g = e / r4, c4 = e - g * r4, h = h0 + g;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (h < a.H) {
+            const float4 *ql = (const float4 *)(a.qlat + ((int64_t)h * T2 + t) * a.r) + c4;
+            v = ql[0];
+            if (a.two == 2) {
+                float4 u = ql[(int64_t)a.T * r4];
+                v.x += u.x, v.y += u.y, v.z += u.z, v.w += u.w;
             }
-            qs[g * Dp + c] = v;
         }
+        *(float4 *)(qs + g * Dp + 4 * c4) = v;
+    }
+#pragma unroll 4
+    for (int e = tid; e < MLA_G * a.rope; e += MLA_THREADS) {
+        const int g = e / a.rope, c = e - g * a.rope, h = h0 + g;
+        qs[g * Dp + a.r + c] = h < a.H ? a.q[(int64_t)t * a.qs0 + (int64_t)h * a.qs1 + a.nope + c] : 0.0f;
     }
     const int pos = a.idx.pos[t], n = mla_count(a, t);
     const int nch = (n + MLA_P - 1) / MLA_P, cps = (nch + S - 1) / S;
@@ -117,10 +142,20 @@ __global__ void __launch_bounds__(MLA_THREADS) k_mla_attend(mla_args a)
         __syncthreads();
         for (int p = w; p < MLA_P; p += MLA_THREADS / 32) {
             const int64_t row = rowid[p];
+            float *dst = ks + p * Dp;
+            if (row < 0) {
+                for (int c = lane; c < D; c += 32) dst[c] = 0.0f;
+                continue;
+            }
             const float *lr = a.lat + row * a.ls0, *pr = a.kpe + row * a.ps0;
-            for (int c = lane; c < D; c += 32)
-                ks[p * Dp + c] = row < 0 ? 0.0f : c < a.r ? lr[c] : pr[c - a.r];
+            if (a.vec) {
+                for (int c4 = lane; c4 < D4; c4 += 32)
+                    mla_cp16(dst + 4 * c4, c4 < r4 ? lr + 4 * c4 : pr + 4 * (c4 - r4));
+            } else {
+                for (int c = lane; c < D; c += 32) mla_cp4(dst + c, c < a.r ? lr + c : pr + (c - a.r));
+            }
         }
+        mla_cp_wait();
         __syncthreads();
         // scores of row `lane` for heads 4w .. 4w+3 (Dp / 4 is odd: conflict-free rows)
         float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -344,11 +379,18 @@ extern "C" nb_status nb_cuda_mla_attention(nb_ops_ctx *ctx, nb_mla_mode mode, co
     a.sel_stride = sel ? sel->stride : 0;
     a.scale = scale;
     a.T = T, a.H = H, a.r = r, a.rope = rope, a.nope = nope, a.Dp = Dp;
+    a.vec = ((uintptr_t)a.lat % 16 == 0) && a.ls0 % 4 == 0 && ((uintptr_t)a.kpe % 16 == 0) && a.ps0 % 4 == 0;
     a.part = S > 1 ? (float *)(scr + o_pt) : NULL;
     a.o32 = W.bf16 ? NULL : (float *)(scr + o_ol);
     a.ob = W.bf16 ? (uint16_t *)(scr + o_ol) : NULL;
-    NB_CUDA_TRY(cudaFuncSetAttribute(k_mla_attend, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    k_mla_attend<<<dim3((unsigned)T, (unsigned)groups, (unsigned)S), MLA_THREADS, smem, stream>>>(a);
+    static int attr_dev = -1; /* attributes set once per process for the opt-in maximum */
+    if (attr_dev != cs->device) {
+        NB_CUDA_TRY(cudaFuncSetAttribute(k_mla_attend, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+        /* GLM-5's 114 KB per block: two blocks per SM when the carveout is all shared memory */
+        NB_CUDA_TRY(cudaFuncSetAttribute(k_mla_attend, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
+        attr_dev = cs->device;
+    }
+    k_mla_attend<<<dim3((unsigned)((int64_t)T * groups), (unsigned)S), MLA_THREADS, smem, stream>>>(a);
     NB_CUDA_LAUNCHED("mla_attention");
     if (S > 1) {
         k_mla_merge<<<dim3((unsigned)T, (unsigned)H), 128, 0, stream>>>(a, S);
