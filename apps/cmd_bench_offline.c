@@ -448,10 +448,10 @@ static void write_json(FILE *f, const char *model, const nb_engine_info *info, c
     fprintf(f, "{\"model\": \"%s\", \"backend\": \"%s\", \"input_len\": %d, \"output_len\": %d, \"load_s\": %.3f",
             model, info->backend == NB_BACKEND_CUDA ? "cuda" : "cpu", in_len, out_len, load_s);
     if (fm->ok)
-        fprintf(f, ", \"device\": \"%s\", \"copy_GBps\": %.1f, \"bf16_TFLOPs\": %.1f, \"floor\": {\"fixed_weight_bytes\": "
-                   "%.0f, \"embed_row_bytes\": %.0f, \"expert_bytes\": %.0f, \"expert_params\": %.0f, "
-                   "\"dense_params\": %.0f, \"moe_layers\": %d, \"experts\": %d, \"topk\": %d, "
-                   "\"kv_bytes_per_token\": %.1f, \"attn_flops_full\": %.0f, \"attn_flops_dsa\": %.0f, "
+        fprintf(f, ", \"device\": \"%s\", \"copy_GBps\": %.1f, \"bf16_TFLOPs\": %.1f, \"floor\": {"
+                   "\"fixed_weight_bytes\": %.0f, \"embed_row_bytes\": %.0f, \"expert_bytes\": %.0f, "
+                   "\"expert_params\": %.0f, \"dense_params\": %.0f, \"moe_layers\": %d, \"experts\": %d, "
+                   "\"topk\": %d, \"kv_bytes_per_token\": %.1f, \"attn_flops_full\": %.0f, \"attn_flops_dsa\": %.0f, "
                    "\"index_flops\": %.0f, \"dsa_topk\": %d, \"experts_touched\": \"expectation under uniform "
                    "routing\"}",
                 fm->device, fm->bw / 1e9, fm->rate / 1e12, fm->fixed_bytes, fm->embed_row_bytes, fm->expert_bytes,
@@ -551,7 +551,8 @@ int nb_cmd_bench_offline(int argc, char **argv)
     else if (want_floor) {
 #if NIBBLE_HAVE_CUDA
         if (nb_bench_ceilings(&ceil_copy, &ceil_bf16, fm.device, sizeof fm.device) != NB_OK) {
-            fprintf(stderr, "nibble bench-offline: measuring the ceilings: %s (--no-floor skips them)\n", nb_last_error());
+            fprintf(stderr, "nibble bench-offline: measuring the ceilings: %s (--no-floor skips them)\n",
+                    nb_last_error());
             return 1;
         }
 #else

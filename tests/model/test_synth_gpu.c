@@ -223,7 +223,8 @@ static void test_load(void)
     NB_CHECK(same_weight(A.dev->ops, &A.dev->layers[l].kv_b_proj, B.dev->ops, &B.dev->layers[l].kv_b_proj,
                          (size_t)(A.dev->layers[l].kv_b_proj.n * c->kv_lora_rank * 2)));
     for (int e = 0; e < c->n_routed_experts; e++)
-        NB_CHECK_MSG(same_weight(A.dev->ops, &wa.down[e], B.dev->ops, &wb.down[e], (size_t)(H * I / 2)), "expert %d", e);
+        NB_CHECK_MSG(same_weight(A.dev->ops, &wa.down[e], B.dev->ops, &wb.down[e], (size_t)(H * I / 2)), "expert %d",
+                     e);
     /* one prefill of 8 tokens, logits of every position */
     const int T = 8;
     int32_t tokens[8] = {5, 17, 200, 33, 101, 7, 64, 250}, slots[8];
@@ -231,7 +232,8 @@ static void test_load(void)
     nb_seq_step sq = {tokens, T, 0, slots, 1};
     nb_batch b = {1, &sq};
     nb_kv_pool pa, pb;
-    float *la = malloc((size_t)T * c->vocab_size * sizeof(float)), *lb = malloc((size_t)T * c->vocab_size * sizeof(float));
+    const size_t nlog = (size_t)T * (size_t)c->vocab_size;
+    float *la = malloc(nlog * sizeof(float)), *lb = malloc(nlog * sizeof(float));
     NB_CHECK_OK(nb_kv_pool_init_on(&pa, c, 64, A.dev->ops));
     NB_CHECK_OK(nb_kv_pool_init_on(&pb, c, 64, B.dev->ops));
     NB_CHECK_OK(nb_forward(A.dev, &pa, &b, la));

@@ -25,7 +25,10 @@ __device__ __forceinline__ uint64_t nb_d_mix(uint64_t z)
     return z ^ (z >> 31);
 }
 
-__device__ __forceinline__ uint64_t nb_d_at(uint64_t key, uint64_t i) { return nb_d_mix(key + (i + 1) * 0x9E3779B97F4A7C15ULL); }
+__device__ __forceinline__ uint64_t nb_d_at(uint64_t key, uint64_t i)
+{
+    return nb_d_mix(key + (i + 1) * 0x9E3779B97F4A7C15ULL);
+}
 
 __device__ __forceinline__ float nb_d_normal(uint64_t h, float sd)
 {

@@ -94,8 +94,8 @@ extern "C" nb_status nb_moe_repack_nvfp4_cuda(const char *name, const nb_nvfp4_d
                         "moe repack (device): tensor '%s' [%d, %d]: rows must be a multiple of %d and columns of %d",
                         name ? name : "?", n, k, NB_MOE_ROW_TILE, NB_MOE_K_GROUP);
     if (p.a.rows < 0 || p.b.rows < 0 || p.a.rows + p.b.rows != n)
-        return nb_error(NB_ERR_INVALID_ARG, "moe repack (device): tensor '%s': %d + %d source rows for %d", name ? name : "?",
-                        p.a.rows, p.b.rows, n);
+        return nb_error(NB_ERR_INVALID_ARG, "moe repack (device): tensor '%s': %d + %d source rows for %d",
+                        name ? name : "?", p.a.rows, p.b.rows, n);
     cudaStream_t s = (cudaStream_t)stream;
     uint64_t words = nb_moe_packed_weight_bytes(n, k) / 4, sbytes = nb_moe_packed_scale_bytes(n, k);
     k_repack_codes<<<nb_blocks(words), 256, 0, s>>>(p, k, words, (uint32_t *)out_w);
