@@ -200,6 +200,21 @@ nb_status nb_bind_dsa_indexer(nb_model *m, int l)
     NB_TRY(nb_bind_vec(m, p, c->index_head_dim, &L->idx_k_norm_b));
     snprintf(p, sizeof p, "model.layers.%d.self_attn.indexer.weights_proj", l);
     NB_TRY(nb_bind_linear(m, p, c->index_n_heads, c->hidden_size, &L->idx_weights_proj));
+    /* The indexer's scores pick the top-k, and everything upstream moves them: its own
+     * projections, q_a_proj (its q input) and every linear layer of the earlier layers (the
+     * residual stream its k and weights read). BF16 activations in any of these flipped the
+     * selection on the glm_moe_dsa fixture (docs/cuda-backend.md). */
+    L->idx_wq_b.flags |= NB_WEIGHT_FEEDS_TOPK;
+    L->idx_wk.flags |= NB_WEIGHT_FEEDS_TOPK;
+    L->idx_weights_proj.flags |= NB_WEIGHT_FEEDS_TOPK;
+    L->q_a_proj.flags |= NB_WEIGHT_FEEDS_TOPK;
+    for (int j = 0; j < l; j++) {
+        nb_layer *E = &m->layers[j];
+        nb_weight *ws[] = {&E->q_proj,  &E->k_proj,    &E->v_proj,  &E->o_proj,  &E->q_a_proj, &E->q_b_proj,
+                           &E->kv_a_proj, &E->gate_proj, &E->up_proj, &E->down_proj, &E->router,  &E->sh_gate,
+                           &E->sh_up,   &E->sh_down};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) ws[i]->flags |= NB_WEIGHT_FEEDS_TOPK;
+    }
     L->has_indexer = 1;
     return NB_OK;
 }
@@ -292,6 +307,7 @@ nb_status nb_bind_moe(nb_model *m, int l, int with_shared)
     L->is_moe = 1;
     snprintf(p, sizeof p, "model.layers.%d.mlp.gate", l);
     NB_TRY(nb_bind_linear(m, p, E, H, &L->router));
+    L->router.flags |= NB_WEIGHT_FEEDS_TOPK; /* its logits pick the experts */
     snprintf(p, sizeof p, "model.layers.%d.mlp.gate.e_score_correction_bias", l);
     if (c->has_score_correction_bias || nb_bind_has(m, p)) NB_TRY(nb_bind_vec(m, p, E, &L->router_bias));
     L->exp_gate = nb_model_own(m, calloc((size_t)E, sizeof(nb_weight)));

@@ -133,7 +133,10 @@ static void weight(up_state *s, nb_weight *w)
     w->data = xlate(s, w->data, (size_t)((w->n - 1) * rs + nb_weight_row_bytes(w->fmt, w->k)));
     w->scale = xlate(s, w->scale, (size_t)scale_bytes(w));
     w->bias = xlate(s, w->bias, (size_t)w->n * sizeof(float));
-    if (s->pass == 1) w->device = nb_ops_ctx_device(s->ctx);
+    if (s->pass == 1) {
+        w->device = nb_ops_ctx_device(s->ctx);
+        w->flags |= NB_WEIGHT_RESIDENT; /* freed with the twin, after its last op */
+    }
 }
 
 static void vec(up_state *s, float **p, int64_t n)

@@ -82,7 +82,15 @@ typedef struct nb_weight {
     int64_t scale_row_stride;/* bytes between rows of scale blocks (0: dense) */
     const float *bias;       /* optional F32 [n] */
     nb_device device;
+    unsigned flags;          /* NB_WEIGHT_* hints for backends; 0 by default */
 } nb_weight;
+
+/* The layer's output feeds a discrete choice (DSA top-k, MoE top-k): a backend that rounds
+ * activations to BF16 for speed keeps float32-level precision for it (set at bind time). */
+#define NB_WEIGHT_FEEDS_TOPK 1u
+/* data/scale live as long as the ops context (a model's device twin): a backend may cache
+ * derived copies (a BF16 expansion) keyed by the pointers. Never set on short-lived weights. */
+#define NB_WEIGHT_RESIDENT 2u
 
 /* Bytes of one dense row of `data` for this format and k (k/2 for NVFP4). */
 int64_t nb_weight_row_bytes(nb_wfmt fmt, int64_t k);

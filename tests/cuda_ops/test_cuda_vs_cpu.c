@@ -7,6 +7,7 @@
 #include "cuda_test_util.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/device.h"
+#include "ops/cuda/linear.h"
 
 #define F32 NB_DTYPE_F32
 
@@ -171,11 +172,14 @@ static void test_rope(void)
 
 /* ---- linear and mlp ------------------------------------------------------------------- */
 
-static void linear_case(nb_wfmt fmt, int T, int n, int k, int bias, double tol)
+/* One linear call on both backends. flags go on the device weight (NB_WEIGHT_*); ldx_pad
+ * widens the activation rows (4: aligned for 16-byte loads; 1: misaligned, generic path). */
+static void linear_case_ex(nb_wfmt fmt, int T, int n, int k, int bias, unsigned flags, int ldx_pad, double tol)
 {
     tu_weight w;
     tu_weight_make(&w, fmt, n, k, 0.1f, bias);
-    size_t ldx = (size_t)k + 4;
+    w.d.flags = flags;
+    size_t ldx = (size_t)k + (size_t)ldx_pad;
     float *x = malloc(T * ldx * 4), *y = malloc((size_t)T * n * 4), *yb = malloc((size_t)T * n * 4);
     tu_fill(x, T * ldx, 1.0f);
     nb_tensor hx = nb_tensor_2d(x, F32, T, k), hy = nb_tensor_2d(y, F32, T, n);
@@ -186,13 +190,27 @@ static void linear_case(nb_wfmt fmt, int T, int n, int k, int bias, double tol)
     NB_CHECK_OK(nb_op_linear(tu_cpu, &hx, &w.h, &hy));
     NB_CHECK_OK(nb_op_linear(tu_gpu, &dx, &w.d, &dy));
     tu_down(&dy, yb);
-    char name[96];
-    snprintf(name, sizeof name, "linear %s T=%d [%d, %d]%s (%s)", tu_fmt_name(fmt), T, n, k, bias ? " +bias" : "",
-             nb_cuda_linear_should_use_lt(T, fmt) ? "lt" : "gemv");
+    char name[128], path[48];
+    if (nb_cuda_linear_should_use_lt(T, fmt)) {
+        snprintf(path, sizeof path, "lt%s", flags & NB_WEIGHT_FEEDS_TOPK ? ", 2 terms" : "");
+    } else {
+        nb_cuda_gemv_plan p = nb_cuda_gemv_plan_for(&w.d, T, 132);
+        const int ce = fmt == NB_WFMT_BF16 ? 8 : 32;
+        if (p.vector && ldx_pad % 4 == 0 && (fmt == NB_WFMT_BF16 || fmt == NB_WFMT_NVFP4) && k % ce == 0)
+            snprintf(path, sizeof path, "vec%s R=%d W=%d", p.staged ? " stg" : "", p.rows_per_warp, p.ksplit);
+        else
+            snprintf(path, sizeof path, "gemv");
+    }
+    snprintf(name, sizeof name, "linear %s T=%d [%d, %d]%s (%s)", tu_fmt_name(fmt), T, n, k, bias ? " +bias" : "", path);
     tu_compare(name, y, yb, (size_t)T * n, tol);
     free(x), free(y), free(yb);
     tu_weight_free(&w);
     tu_free_all();
+}
+
+static void linear_case(nb_wfmt fmt, int T, int n, int k, int bias, double tol)
+{
+    linear_case_ex(fmt, T, n, k, bias, 0, 4, tol);
 }
 
 static void test_linear_gemv(void)
@@ -204,16 +222,90 @@ static void test_linear_gemv(void)
         linear_case((nb_wfmt)f, 16, 64, 1024, 1, NB_TOL_F32);
     }
     linear_case(NB_WFMT_BF16, 2, 33, 100, 1, NB_TOL_F32); /* k not a multiple of 16 */
+    linear_case_ex(NB_WFMT_BF16, 3, 70, 256, 1, 0, 1, NB_TOL_F32);  /* misaligned rows of x: generic kernel */
+    linear_case_ex(NB_WFMT_NVFP4, 2, 70, 256, 0, 0, 1, NB_TOL_F32);
+}
+
+/* The vector GEMV (linear_gemv.cu): every token tile, row counts that leave partial row
+ * groups, K with a partial last step, each K split forced, and GLM-5-sized rows. */
+static void test_linear_gemv_vec(void)
+{
+    tu_seed(13);
+    const int Ts[] = {1, 2, 3, 4, 5, 8, 10, 16};
+    for (int f = NB_WFMT_BF16; f <= NB_WFMT_NVFP4; f++) {
+        for (size_t i = 0; i < NB_ARRAY_LEN(Ts); i++) linear_case((nb_wfmt)f, Ts[i], 203, 2048, i % 2, NB_TOL_F32);
+        linear_case((nb_wfmt)f, 10, 37, 4096 + 32 * 7, 1, NB_TOL_F32); /* last step partly out of the row */
+        for (int ks = 1; ks <= 8; ks *= 2) {
+            nb_cuda_linear_force_ksplit(ks);
+            linear_case((nb_wfmt)f, 1 + ks, 45, 8192, 1, NB_TOL_F32);
+            nb_cuda_linear_force_ksplit(0);
+        }
+        /* both activation paths (through shared memory or not) at every token tile */
+        for (int stg = 1; stg <= 2; stg++) {
+            nb_cuda_linear_force_staged(stg);
+            for (size_t i = 0; i < NB_ARRAY_LEN(Ts); i++)
+                linear_case((nb_wfmt)f, Ts[i], 77, 1024 + 32 * 3, 1, NB_TOL_F32);
+            nb_cuda_linear_force_ksplit(4);
+            linear_case((nb_wfmt)f, 2, 45, 8192, 0, NB_TOL_F32);
+            nb_cuda_linear_force_ksplit(0);
+            nb_cuda_linear_force_staged(0);
+        }
+    }
+    linear_case(NB_WFMT_BF16, 10, 2048, 6144, 0, NB_TOL_F32);
+    linear_case(NB_WFMT_NVFP4, 2, 1024, 6144, 1, NB_TOL_F32);
 }
 
 static void test_linear_lt(void)
 {
     tu_seed(11);
     for (int f = 0; f < 4; f++) {
-        double tol = f == NB_WFMT_BF16 ? NB_TOL_LT_BF16W : NB_TOL_BF16;
-        linear_case((nb_wfmt)f, 17, 256, 512, 1, tol);
-        linear_case((nb_wfmt)f, 200, 384, 256, 0, tol);
+        linear_case((nb_wfmt)f, 17, 256, 512, 1, NB_TOL_BF16); /* one BF16 activation term */
+        linear_case((nb_wfmt)f, 200, 384, 256, 0, NB_TOL_BF16);
     }
+    /* Weights feeding a top-k keep two terms: BF16-stored weights are then near float32. */
+    linear_case_ex(NB_WFMT_BF16, 17, 256, 512, 1, NB_WEIGHT_FEEDS_TOPK, 4, NB_TOL_LT_BF16W);
+    linear_case_ex(NB_WFMT_BF16, 200, 384, 256, 0, NB_WEIGHT_FEEDS_TOPK, 4, NB_TOL_LT_BF16W);
+    nb_cuda_linear_force_terms(2);
+    linear_case(NB_WFMT_BF16, 64, 128, 1024, 1, NB_TOL_LT_BF16W);
+    nb_cuda_linear_force_terms(0);
+}
+
+/* A resident NVFP4 weight: the first lt call caches its BF16 expansion, the second reads
+ * the cache; both agree with the CPU. The device copy is never freed (the flag promises
+ * it lives as long as the context). */
+static void test_linear_lt_cache(void)
+{
+    tu_seed(14);
+    tu_weight w;
+    tu_weight_make(&w, NB_WFMT_NVFP4, 320, 512, 0.1f, 1);
+    nb_weight d = w.d;
+    size_t db = (size_t)(320 * 512 / 2), sb = (size_t)(320 * 512 / 16);
+    void *dd = nb_ops_alloc(tu_gpu, db), *ds = nb_ops_alloc(tu_gpu, sb);
+    NB_CHECK_OK(nb_ops_upload(tu_gpu, dd, w.hdata, db));
+    NB_CHECK_OK(nb_ops_upload(tu_gpu, ds, w.hscale, sb));
+    d.data = dd, d.scale = ds, d.flags = NB_WEIGHT_RESIDENT;
+    int e0 = 0, e1 = 0, e2 = 0;
+    nb_cuda_linear_cache_stats(tu_gpu, &e0, NULL);
+    for (int call = 0; call < 2; call++) {
+        const int T = 40 + call;
+        float *x = malloc((size_t)T * 512 * 4), *y = malloc((size_t)T * 320 * 4), *yb = malloc((size_t)T * 320 * 4);
+        tu_fill(x, (size_t)T * 512, 1.0f);
+        nb_tensor hx = nb_tensor_2d(x, F32, T, 512), hy = nb_tensor_2d(y, F32, T, 320);
+        nb_tensor dx = tu_twin(&hx), dy = hy;
+        dy.data = tu_poisoned((size_t)T * 320 * 4);
+        dy.device = NB_DEVICE_CUDA;
+        NB_CHECK_OK(nb_op_linear(tu_cpu, &hx, &w.h, &hy));
+        NB_CHECK_OK(nb_op_linear(tu_gpu, &dx, &d, &dy));
+        tu_down(&dy, yb);
+        nb_cuda_linear_cache_stats(tu_gpu, call ? &e2 : &e1, NULL);
+        tu_compare(call ? "linear nvfp4 lt, cached BF16 (hit)" : "linear nvfp4 lt, cached BF16 (fill)", y, yb,
+                   (size_t)T * 320, NB_TOL_BF16);
+        free(x), free(y), free(yb);
+        tu_free_all();
+    }
+    fprintf(stderr, "    BF16 cache entries: %d before, %d after the first call, %d after the second\n", e0, e1, e2);
+    NB_CHECK(e1 == e0 + 1 && e2 == e1);
+    tu_weight_free(&w);
 }
 
 static void mlp_case(nb_wfmt fmt, int T, int H, int I, double tol)
@@ -569,7 +661,9 @@ static const nb_test tests[] = {
     {"rows", test_rows},
     {"rope", test_rope},
     {"linear_gemv", test_linear_gemv},
+    {"linear_gemv_vec", test_linear_gemv_vec},
     {"linear_lt", test_linear_lt},
+    {"linear_lt_cache", test_linear_lt_cache},
     {"mlp", test_mlp},
     {"attention", test_attention},
     {"mla", test_mla},

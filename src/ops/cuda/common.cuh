@@ -223,5 +223,9 @@ nb_status nb_cuda_dequant(nb_ops_ctx *ctx, const nb_weight *w, uint16_t *out_bf1
 // y[T, n] (ldy) (+)= x[T, k] (ldx) W^T (+ bias): the linear op on raw device pointers.
 nb_status nb_cuda_linear_raw(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T, const nb_weight *w, float *y,
                              int64_t ldy, int accumulate);
+// The vector GEMV (linear_gemv.cu): enqueues and returns 1 when the weight's format and
+// alignment and T suit it, else 0 and nothing is enqueued.
+int nb_cuda_gemv_vec(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T, const nb_weight *w, float *y,
+                     int64_t ldy, int accumulate);
 
 #endif

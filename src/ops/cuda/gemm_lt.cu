@@ -18,12 +18,21 @@ typedef struct {
     cublasLtMatmulAlgo_t algo;
 } nb_gemm_algo_entry;
 
+typedef struct {
+    const void *key;
+    void *buf;
+    size_t bytes;
+} nb_gemm_buf_entry;
+
 struct nb_cuda_gemm {
     cublasLtHandle_t lt;
     void *workspace;
     size_t workspace_bytes;
     nb_gemm_algo_entry cache[NB_GEMM_CACHE];
     int next;
+    nb_gemm_buf_entry *bufs; /* owned operand buffers (nb_cuda_gemm_cache_*) */
+    int n_bufs, cap_bufs;
+    size_t buf_bytes;
 };
 
 #define NB_LT_TRY(call)                                                                        \
@@ -58,6 +67,8 @@ extern "C" nb_status nb_cuda_gemm_create(nb_cuda_gemm **out, size_t workspace_by
 extern "C" void nb_cuda_gemm_destroy(nb_cuda_gemm *g)
 {
     if (!g) return;
+    for (int i = 0; i < g->n_bufs; i++) cudaFree(g->bufs[i].buf);
+    free(g->bufs);
     cudaFree(g->workspace);
     cublasLtDestroy(g->lt);
     free(g);
@@ -117,4 +128,31 @@ done:
     if (lw) cublasLtMatrixLayoutDestroy(lw);
     if (desc) cublasLtMatmulDescDestroy(desc);
     return st;
+}
+
+extern "C" void *nb_cuda_gemm_cache_get(nb_cuda_gemm *g, const void *key, size_t bytes)
+{
+    for (int i = 0; i < g->n_bufs; i++)
+        if (g->bufs[i].key == key && g->bufs[i].bytes == bytes) return g->bufs[i].buf;
+    return NULL;
+}
+
+extern "C" nb_status nb_cuda_gemm_cache_put(nb_cuda_gemm *g, const void *key, void *buf, size_t bytes)
+{
+    if (g->n_bufs == g->cap_bufs) {
+        int cap = g->cap_bufs ? 2 * g->cap_bufs : 64;
+        nb_gemm_buf_entry *b = (nb_gemm_buf_entry *)realloc(g->bufs, (size_t)cap * sizeof *b);
+        if (!b) return nb_error(NB_ERR_OUT_OF_MEMORY, "gemm: operand cache table of %d entries", cap);
+        g->bufs = b;
+        g->cap_bufs = cap;
+    }
+    g->bufs[g->n_bufs++] = (nb_gemm_buf_entry){key, buf, bytes};
+    g->buf_bytes += bytes;
+    return NB_OK;
+}
+
+extern "C" size_t nb_cuda_gemm_cache_bytes(const nb_cuda_gemm *g, int *entries)
+{
+    if (entries) *entries = g->n_bufs;
+    return g->buf_bytes;
 }

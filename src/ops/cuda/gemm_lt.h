@@ -23,6 +23,13 @@ void nb_cuda_gemm_destroy(nb_cuda_gemm *g);
 nb_status nb_cuda_gemm_bf16(nb_cuda_gemm *g, void *stream, int M, int N, int K, const void *A, int lda,
                             const void *W, int ldw, void *C, int ldc, int c_is_f32, float alpha, float beta);
 
+/* Device buffers the handle owns, found by (key, bytes): BF16 expansions of weights kept as
+ * GEMM operands (ops/cuda/linear.h). put takes ownership of `buf` (cudaMalloc'd) or
+ * returns an error and leaves it to the caller; all are freed by nb_cuda_gemm_destroy. */
+void *nb_cuda_gemm_cache_get(nb_cuda_gemm *g, const void *key, size_t bytes);
+nb_status nb_cuda_gemm_cache_put(nb_cuda_gemm *g, const void *key, void *buf, size_t bytes);
+size_t nb_cuda_gemm_cache_bytes(const nb_cuda_gemm *g, int *entries);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,19 +1,25 @@
 // CUDA dense linear layers and the SwiGLU MLP over weights in any nb_weight format.
-// Two paths, chosen by nb_cuda_linear_should_use_lt (cuda_ops.h):
-//   gemv: one warp per output row, the weight dequantized in registers 16 elements at a time
-//         (the CPU op's arithmetic), float32 products, tokens in tiles of 16 — decode steps.
-//   lt:   activations split into two BF16 terms (hi = bf16(x), lo = bf16(x - hi): about 16
-//         bits of mantissa, so activations lose almost nothing), the weight used in place
-//         when it is dense BF16 or dequantized to BF16 in scratch, two cuBLASLt GEMMs with
-//         float32 output summed in place — prefill. A single BF16 term was measured to flip
-//         the DSA indexer's top-k on the glm_moe_dsa fixture (index scores 2.3e-3 apart;
-//         BF16 rounding moves them by ~4e-3), so the cheap form is not the default.
-// Exercised by tests/cuda_ops/test_cuda_vs_cpu.c (linear_gemv_*, linear_lt_*, mlp).
+// Two paths, chosen by nb_cuda_linear_should_use_lt (cuda_ops.h); ops/cuda/linear.h has the
+// ladder and the knobs:
+//   gemv: up to 16 tokens, float32 products (the CPU op's arithmetic). BF16 and NVFP4 rows
+//         run the vector kernel of linear_gemv.cu (16-byte loads, rows per warp by T,
+//         split-K when rows are few); other formats and odd layouts the generic kernel
+//         below (one warp per row, 16 weights decoded per lane step).
+//   lt:   cuBLASLt BF16 with float32 output. Activations are rounded to one BF16 term, or
+//         split into two (hi = bf16(x), lo = bf16(x - hi), about 16 mantissa bits, twice
+//         the tensor work) for weights flagged NB_WEIGHT_FEEDS_TOPK: one term flipped the
+//         DSA top-k on the glm_moe_dsa fixture (0.248 relative error; index scores 2.3e-3
+//         apart, BF16 moves them ~4e-3) and pushed qwen3_moe past 1e-2 through the router.
+//         The weight is used in place when stored as BF16; otherwise its BF16 expansion is
+//         cached per resident weight (NB_WEIGHT_RESIDENT) while device memory allows, else
+//         expanded into scratch on every call.
+// Exercised by tests/cuda_ops/test_cuda_vs_cpu.c (linear_gemv*, linear_lt*, mlp).
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/log.h"
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/linear.h"
 
 #define NB_GEMV_WARPS 4
 #define NB_GEMV_TT 16 /* tokens per pass over the weight: a decode batch of up to 16 reads each weight once */
@@ -156,6 +162,10 @@ static nb_status gemv(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T, c
                       int64_t ldy, int accumulate)
 {
     cudaStream_t s = nb_cuda_stream(ctx);
+    if (nb_cuda_gemv_vec(ctx, x, ldx, T, w, y, ldy, accumulate)) {
+        NB_CUDA_LAUNCHED("linear (vector gemv)");
+        return NB_OK;
+    }
     if (T >= NB_GEMV_ROWS_MIN_TOKENS) {
         const int64_t per = (int64_t)NB_GEMV_WARPS * NB_GEMV_ROWS;
         k_gemv<NB_GEMV_ROWS><<<(unsigned)((w->n + per - 1) / per), 32 * NB_GEMV_WARPS, 0, s>>>(*w, x, ldx, (int)T, y,
@@ -168,21 +178,83 @@ static nb_status gemv(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T, c
     return NB_OK;
 }
 
+static int g_force_terms;
+
+extern "C" void nb_cuda_linear_force_terms(int terms) { g_force_terms = terms == 1 || terms == 2 ? terms : 0; }
+
+static size_t env_mb(const char *name, size_t dflt)
+{
+    const char *e = getenv(name);
+    return e && *e ? (size_t)strtoull(e, NULL, 10) << 20 : dflt;
+}
+
+// A resident weight's BF16 expansion: cached in the context's GEMM handle when the cap and
+// the free-memory reserve allow and the stream is not being captured (no cudaMalloc inside
+// a graph). NULL: expand into scratch instead.
+static const uint16_t *cached_bf16(nb_ops_ctx *ctx, const nb_weight *w, size_t bytes)
+{
+    if (!(w->flags & NB_WEIGHT_RESIDENT)) return NULL;
+    nb_cuda_gemm *g = nb_cuda_st(ctx)->gemm;
+    void *hit = nb_cuda_gemm_cache_get(g, w->data, bytes);
+    if (hit) return (const uint16_t *)hit;
+    static size_t cap = (size_t)-1, reserve;
+    static int read_env;
+    if (!read_env) {
+        cap = env_mb("NIBBLE_CUDA_LINEAR_CACHE_MB", (size_t)-1);
+        reserve = env_mb("NIBBLE_CUDA_LINEAR_CACHE_RESERVE_MB", (size_t)8192 << 20);
+        read_env = 1;
+    }
+    if (nb_cuda_gemm_cache_bytes(g, NULL) + bytes > cap) return NULL;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(nb_cuda_stream(ctx), &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone)
+        return NULL;
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess || free_b < bytes + reserve) return NULL;
+    void *buf = NULL;
+    if (cudaMalloc(&buf, bytes) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    if (nb_cuda_dequant(ctx, w, (uint16_t *)buf, NULL) != NB_OK || nb_cuda_gemm_cache_put(g, w->data, buf, bytes) != NB_OK) {
+        cudaStreamSynchronize(nb_cuda_stream(ctx));
+        cudaFree(buf);
+        return NULL;
+    }
+    NB_LOG_DEBUG("cuda", "linear: cached a BF16 copy of a [%lld, %lld] weight (%zu bytes)", (long long)w->n,
+                 (long long)w->k, bytes);
+    return (const uint16_t *)buf;
+}
+
+extern "C" void nb_cuda_linear_cache_stats(nb_ops_ctx *ctx, int *entries, size_t *bytes)
+{
+    size_t b = nb_cuda_gemm_cache_bytes(nb_cuda_st(ctx)->gemm, entries);
+    if (bytes) *bytes = b;
+}
+
 static nb_status lt(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T, const nb_weight *w, float *y,
                     int64_t ldy, int accumulate)
 {
     const int64_t n = w->n, k = w->k;
     cudaStream_t s = nb_cuda_stream(ctx);
-    uint16_t *xb = (uint16_t *)nb_cuda_scratch(ctx, 0, (size_t)(2 * T * k) * 2);
+    static int env_terms = -1; // NIBBLE_CUDA_LINEAR_TERMS=1|2: every weight, for A/B runs
+    if (env_terms < 0) {
+        const char *e = getenv("NIBBLE_CUDA_LINEAR_TERMS");
+        env_terms = e && (!strcmp(e, "1") || !strcmp(e, "2")) ? atoi(e) : 0;
+    }
+    const int forced = g_force_terms ? g_force_terms : env_terms;
+    const int terms = forced ? forced : (w->flags & NB_WEIGHT_FEEDS_TOPK) ? 2 : 1;
+    NB_LOG_DEBUG("cuda", "linear lt: T=%lld [%lld, %lld] %s, %d BF16 term%s", (long long)T, (long long)n, (long long)k,
+                 w->fmt == NB_WFMT_BF16 ? "bf16" : "expanded", terms, terms > 1 ? "s" : "");
+    uint16_t *xb = (uint16_t *)nb_cuda_scratch(ctx, 0, (size_t)(terms * T * k) * 2);
     if (!xb) return NB_ERR_OUT_OF_MEMORY;
-    uint16_t *xlo = xb + T * k;
+    uint16_t *xlo = terms == 2 ? xb + T * k : NULL;
     k_to_bf16<<<(unsigned)T, 256, 0, s>>>(x, ldx, k, xb, xlo);
     NB_CUDA_LAUNCHED("linear (to bf16)");
     const void *wp = w->data;
     int64_t ldw = k;
     if (w->fmt == NB_WFMT_BF16 && (w->row_stride == 0 || w->row_stride % 2 == 0) && ((uintptr_t)w->data & 15) == 0) {
         ldw = w->row_stride ? w->row_stride / 2 : k;
-    } else {
+    } else if (!(wp = cached_bf16(ctx, w, (size_t)(n * k) * 2))) {
         uint16_t *wb = (uint16_t *)nb_cuda_scratch(ctx, 1, (size_t)(n * k) * 2);
         if (!wb) return NB_ERR_OUT_OF_MEMORY;
         NB_TRY(nb_cuda_dequant(ctx, w, wb, NULL));
@@ -191,7 +263,8 @@ static nb_status lt(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T, con
     nb_cuda_gemm *g = nb_cuda_st(ctx)->gemm;
     NB_TRY(nb_cuda_gemm_bf16(g, s, (int)T, (int)n, (int)k, xb, (int)k, wp, (int)ldw, y, (int)ldy, 1, 1.0f,
                              accumulate ? 1.0f : 0.0f));
-    NB_TRY(nb_cuda_gemm_bf16(g, s, (int)T, (int)n, (int)k, xlo, (int)k, wp, (int)ldw, y, (int)ldy, 1, 1.0f, 1.0f));
+    if (xlo)
+        NB_TRY(nb_cuda_gemm_bf16(g, s, (int)T, (int)n, (int)k, xlo, (int)k, wp, (int)ldw, y, (int)ldy, 1, 1.0f, 1.0f));
     if (w->bias) {
         k_add_bias<<<(unsigned)T, 256, 0, s>>>(y, ldy, w->bias, n);
         NB_CUDA_LAUNCHED("linear (bias)");

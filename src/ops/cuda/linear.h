@@ -1,0 +1,53 @@
+/* Knobs of the CUDA linear layer (ops/cuda/linear.cu, linear_gemv.cu) for tests and the
+ * lab (`nibble bench-linear`): which GEMV shape runs, how many BF16 terms the cuBLASLt path
+ * splits activations into. C-only; the op itself is nb_op_linear (ops.h).
+ *
+ * Paths, read top to bottom (nb_cuda_linear_should_use_lt, then the GEMV plan):
+ *   T <= NB_CUDA_LINEAR_GEMV_MAX_TOKENS: GEMV, float32 products, the CPU op's arithmetic.
+ *     BF16 / NVFP4 rows that are 16-byte aligned run the vector GEMV: each lane loads 16
+ *     bytes per row per step (8 BF16 or 32 NVFP4 weights), several steps in flight, R rows
+ *     per warp sharing each activation load (R grows with T), K split over W warps of a
+ *     block when there are too few rows to fill the GPU (and from 3 tokens, so that each
+ *     warp's share of the activations stays in L1), and NVFP4 activations staged per K
+ *     tile through shared memory. Other formats/layouts: the generic one-warp-per-row kernel.
+ *   More tokens: cuBLASLt BF16. Activations are one BF16 term, or two (hi + lo, about 16
+ *     mantissa bits, twice the tensor work) for weights flagged NB_WEIGHT_FEEDS_TOPK.
+ *     Weights not stored as BF16 are expanded to BF16 once and cached when the weight is
+ *     NB_WEIGHT_RESIDENT and device memory allows, else expanded into scratch per call. */
+#ifndef NB_OPS_CUDA_LINEAR_H
+#define NB_OPS_CUDA_LINEAR_H
+
+#include <stdint.h>
+
+#include "ops/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The GEMV plan for one call: rows per warp, K-split warps per row group, tokens per pass
+ * (the compile-time register tile), 0 in `vector` when the generic kernel runs. */
+typedef struct nb_cuda_gemv_plan {
+    int vector, rows_per_warp, ksplit, tile_tokens;
+    int staged; /* activations staged through shared memory per K tile */
+} nb_cuda_gemv_plan;
+nb_cuda_gemv_plan nb_cuda_gemv_plan_for(const nb_weight *w, int64_t T, int sm_count);
+
+/* Overrides for A/B runs and tests; 0 restores the automatic choice.
+ * ksplit: 1, 2, 4 or 8 warps per row group (vector GEMV only).
+ * terms: 1 or 2 BF16 activation terms in the cuBLASLt path, for every weight. */
+void nb_cuda_linear_force_ksplit(int ksplit);
+/* staged: 1 never stage activations through shared memory, 2 always (when it fits). */
+void nb_cuda_linear_force_staged(int staged);
+void nb_cuda_linear_force_terms(int terms);
+
+/* BF16 copies cached for NB_WEIGHT_RESIDENT weights on a context: count and bytes. The
+ * cache grows while free device memory stays above NIBBLE_CUDA_LINEAR_CACHE_RESERVE_MB
+ * (default 8192) and its total stays under NIBBLE_CUDA_LINEAR_CACHE_MB (default: no cap;
+ * 0 disables it). Entries are freed with the context. */
+void nb_cuda_linear_cache_stats(nb_ops_ctx *ctx, int *entries, size_t *bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,341 @@
+// Lab timing of the CUDA linear op (tools/lab/linear_bench.h).
+// Exercise: nibble bench-linear [--tokens 1,2,10] [--lt-tokens 512,4096] [--sweep]
+// Weights are random bits generated on the device (BF16 drawn in [-2, 2], NVFP4 codes any,
+// E4M3 scales normal), so only time is measured here; tests/cuda_ops checks the values.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/linear.h"
+#include "tools/lab/linear_bench.h"
+
+typedef struct {
+    const char *name;
+    int64_t n, k;
+} lb_shape;
+
+// GLM-5's dense layers (hidden 6144): out x in.
+static const lb_shape lb_shapes[] = {
+    {"q_a 6144->2048", 2048, 6144},
+    {"q_b 2048->16384", 16384, 2048},
+    {"o 16384->6144", 6144, 16384},
+    {"gate_up 6144->24576", 24576, 6144},
+    {"down 12288->6144", 6144, 12288},
+    {"lm_head 6144->154880", 154880, 6144},
+};
+#define LB_NSHAPES ((int)(sizeof lb_shapes / sizeof lb_shapes[0]))
+#define LB_LT_SHAPES 5 // the lm_head is left out of the many-token rows (its output alone is GBs)
+
+__device__ __forceinline__ uint32_t lb_hash(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return (uint32_t)(x ^ (x >> 31));
+}
+
+// mode 0: random bytes; 1: E4M3 scales 0x20..0x3F; 2: BF16 pairs in [-2, 2); 3: F32 in [-1, 1).
+__global__ void lb_fill(uint8_t *p, size_t n, uint64_t seed, int mode)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, step = (size_t)gridDim.x * blockDim.x;
+    for (; i < n; i += step) {
+        uint32_t h = lb_hash(seed * 0x100000001B3ull + i);
+        if (mode == 0) p[i] = (uint8_t)h;
+        else if (mode == 1) p[i] = (uint8_t)(0x20 + (h & 31));
+        else if (mode == 2) p[i] = (i & 1) ? (uint8_t)(0x3f + ((h >> 8) & 0x80)) : (uint8_t)h; // |v| in [0.5, 2)
+        else if (i % 4 == 0 && i + 3 < n) {
+            float f = (float)(h >> 8) / 8388608.0f - 1.0f;
+            memcpy(p + i, &f, 4);
+        }
+    }
+}
+
+static nb_status lb_fill_dev(void *p, size_t n, uint64_t seed, int mode)
+{
+    lb_fill<<<2048, 256>>>((uint8_t *)p, n, seed, mode);
+    NB_CUDA_TRY(cudaGetLastError());
+    return NB_OK;
+}
+
+static int lb_cmp(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+static float lb_median(float *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(float), lb_cmp);
+    return n % 2 ? v[n / 2] : 0.5f * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Device copy bandwidth (bytes read + written) of 2 GiB and the cuBLASLt BF16 rate at
+// 8192^3, medians of 10.
+static nb_status lb_ceilings(double *copy_GBps, double *bf16_TFLOPs)
+{
+    const size_t bytes = (size_t)2 << 30;
+    void *a = NULL, *b = NULL;
+    cudaEvent_t e0, e1;
+    float t[10];
+    NB_CUDA_TRY(cudaMalloc(&a, bytes));
+    NB_CUDA_TRY(cudaMalloc(&b, bytes));
+    NB_CUDA_TRY(cudaEventCreate(&e0));
+    NB_CUDA_TRY(cudaEventCreate(&e1));
+    NB_TRY(lb_fill_dev(a, bytes, 1, 0));
+    for (int i = 0; i < 12; i++) {
+        cudaEventRecord(e0);
+        cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice);
+        cudaEventRecord(e1);
+        NB_CUDA_TRY(cudaEventSynchronize(e1));
+        if (i >= 2) cudaEventElapsedTime(&t[i - 2], e0, e1);
+    }
+    *copy_GBps = 2.0 * (double)bytes / (lb_median(t, 10) * 1e-3) / 1e9;
+    const int M = 8192;
+    nb_cuda_gemm *g = NULL;
+    NB_TRY(nb_cuda_gemm_create(&g, 32u << 20));
+    NB_TRY(lb_fill_dev(a, (size_t)M * M * 2, 2, 2));
+    NB_TRY(lb_fill_dev(b, (size_t)M * M * 2, 3, 2));
+    void *c = (uint8_t *)a + (size_t)M * M * 2;
+    nb_status st = NB_OK;
+    for (int i = 0; i < 12 && st == NB_OK; i++) {
+        cudaEventRecord(e0);
+        st = nb_cuda_gemm_bf16(g, NULL, M, M, M, a, M, b, M, c, M, 0, 1.0f, 0.0f);
+        cudaEventRecord(e1);
+        cudaEventSynchronize(e1);
+        if (i >= 2) cudaEventElapsedTime(&t[i - 2], e0, e1);
+    }
+    nb_cuda_gemm_destroy(g);
+    *bf16_TFLOPs = 2.0 * M * (double)M * M / (lb_median(t, 10) * 1e-3) / 1e12;
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaFree(a);
+    cudaFree(b);
+    NB_CUDA_TRY(cudaGetLastError());
+    return st;
+}
+
+typedef struct {
+    double copy_GBps, bf16_TFLOPs;
+    nb_ops_ctx *ctx;
+    int l2_bytes, sm_count, iters;
+    float *x, *y; // activations and outputs, sized for the largest point
+} lb_env;
+
+// One point: `reps` calls over rotating copies captured in a CUDA graph (plain launches
+// when capture fails), one warm-up call outside the graph (grows scratch, fills caches).
+// Returns the median time per call in microseconds, or a negative value on error.
+static double lb_time(lb_env *E, const nb_weight *ws, int copies, int64_t T, int *graphed)
+{
+    nb_ops_ctx *ctx = E->ctx;
+    cudaStream_t s = nb_cuda_stream(ctx);
+    const int64_t n = ws[0].n, k = ws[0].k;
+    nb_tensor x = nb_tensor_2d(E->x, NB_DTYPE_F32, T, k), y = nb_tensor_2d(E->y, NB_DTYPE_F32, T, n);
+    x.device = y.device = NB_DEVICE_CUDA;
+    if (nb_op_linear(ctx, &x, &ws[0], &y) != NB_OK) return -1;
+    if (cudaStreamSynchronize(s) != cudaSuccess) return -1;
+    const int reps = copies * ((8 + copies - 1) / copies);
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    *graphed = 0;
+    if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+        int ok = 1;
+        for (int i = 0; i < reps && ok; i++) ok = nb_op_linear(ctx, &x, &ws[i % copies], &y) == NB_OK;
+        if (cudaStreamEndCapture(s, &graph) == cudaSuccess && ok &&
+            cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess)
+            *graphed = 1;
+        cudaGetLastError();
+    }
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    float t[64];
+    const int iters = E->iters < 64 ? E->iters : 64;
+    int bad = 0;
+    for (int it = -2; it < iters && !bad; it++) {
+        cudaEventRecord(e0, s);
+        if (*graphed) bad = cudaGraphLaunch(exec, s) != cudaSuccess;
+        else
+            for (int i = 0; i < reps && !bad; i++) bad = nb_op_linear(ctx, &x, &ws[i % copies], &y) != NB_OK;
+        cudaEventRecord(e1, s);
+        if (cudaEventSynchronize(e1) != cudaSuccess) bad = 1;
+        if (it >= 0) cudaEventElapsedTime(&t[it], e0, e1);
+    }
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    if (bad || cudaGetLastError() != cudaSuccess) return -1;
+    return lb_median(t, iters) * 1e3 / reps;
+}
+
+static void lb_print(lb_env *E, const char *fmt, const lb_shape *sh, int64_t T, const char *path, double wbytes,
+                     double us, int graphed)
+{
+    if (us < 0) {
+        printf("%-6s %-22s %5lld  %-22s  failed: %s\n", fmt, sh->name, (long long)T, path, nb_last_error());
+        return;
+    }
+    const double bytes = wbytes + (double)T * sh->k * 4 + (double)T * sh->n * 4;
+    const double gbs = bytes / (us * 1e-6) / 1e9, tf = 2.0 * T * sh->n * sh->k / (us * 1e-6) / 1e12;
+    printf("%-6s %-22s %5lld  %-22s %10.2f %9.0f %6.1f%% %9.1f %6.1f%%%s\n", fmt, sh->name, (long long)T, path, us, gbs,
+           100.0 * gbs / E->copy_GBps, tf, 100.0 * tf / E->bf16_TFLOPs, graphed ? "" : "  (no graph)");
+    fflush(stdout);
+}
+
+// Weight copies of one shape and format: enough that their bytes exceed 3x L2.
+static nb_status lb_weights(lb_env *E, int nvfp4, const lb_shape *sh, nb_weight *ws, int *copies, void **data,
+                            void **scale, double *wbytes)
+{
+    const size_t db = nvfp4 ? (size_t)(sh->n * sh->k / 2) : (size_t)(sh->n * sh->k * 2);
+    const size_t sb = nvfp4 ? (size_t)(sh->n * sh->k / 16) : 0;
+    int c = (int)((3.0 * E->l2_bytes + db + sb - 1) / (double)(db + sb));
+    c = c < 1 ? 1 : c > 16 ? 16 : c;
+    *copies = c;
+    *wbytes = (double)(db + sb);
+    *data = *scale = NULL;
+    NB_CUDA_TRY(cudaMalloc(data, db * c));
+    if (sb) NB_CUDA_TRY(cudaMalloc(scale, sb * c));
+    NB_TRY(lb_fill_dev(*data, db * c, 7 + (uint64_t)sh->n, nvfp4 ? 0 : 2));
+    if (sb) NB_TRY(lb_fill_dev(*scale, sb * c, 11 + (uint64_t)sh->k, 1));
+    for (int i = 0; i < c; i++) {
+        nb_weight w;
+        memset(&w, 0, sizeof w);
+        w.fmt = nvfp4 ? NB_WFMT_NVFP4 : NB_WFMT_BF16;
+        w.n = sh->n;
+        w.k = sh->k;
+        w.data = (uint8_t *)*data + db * i;
+        w.scale = sb ? (uint8_t *)*scale + sb * i : NULL;
+        w.global_scale = nvfp4 ? 1.0f / 64 : 1.0f;
+        w.block_k = nvfp4 ? 16 : 0;
+        w.device = NB_DEVICE_CUDA;
+        ws[i] = w;
+    }
+    return NB_OK;
+}
+
+static void lb_gemv_rows(lb_env *E, int nvfp4, const lb_shape *sh, const nb_bench_linear_params *p, nb_weight *ws,
+                         int copies, double wbytes)
+{
+    const char *fmt = nvfp4 ? "nvfp4" : "bf16";
+    for (int ti = 0; ti < p->n_tokens; ti++) {
+        const int64_t T = p->tokens[ti];
+        // The automatic plan first; with --sweep every K split with and without staging.
+        for (int v = 0; v <= (p->sweep ? 8 : 0); v++) {
+            const int ks = v ? 1 << ((v - 1) / 2) : 0, stg = v ? 1 + (v - 1) % 2 : 0;
+            nb_cuda_linear_force_ksplit(ks);
+            nb_cuda_linear_force_staged(stg);
+            nb_cuda_gemv_plan pl = nb_cuda_gemv_plan_for(&ws[0], T, E->sm_count);
+            if (v && (pl.ksplit != ks || pl.staged != (stg == 2))) continue; // does not fit
+            char path[48];
+            if (pl.vector)
+                snprintf(path, sizeof path, "gemv%s R=%d W=%d%s", pl.staged ? " stg" : "", pl.rows_per_warp, pl.ksplit,
+                         v ? " (forced)" : "");
+            else
+                snprintf(path, sizeof path, "%s", T > NB_CUDA_LINEAR_GEMV_MAX_TOKENS ? "lt" : "gemv generic");
+            int graphed = 0;
+            double us = lb_time(E, ws, copies, T, &graphed);
+            lb_print(E, fmt, sh, T, path, wbytes, us, graphed);
+        }
+        nb_cuda_linear_force_ksplit(0);
+        nb_cuda_linear_force_staged(0);
+    }
+}
+
+static void lb_lt_rows(lb_env *E, int nvfp4, const lb_shape *sh, const nb_bench_linear_params *p, nb_weight *ws,
+                       int copies, double wbytes)
+{
+    const char *fmt = nvfp4 ? "nvfp4" : "bf16";
+    for (int ti = 0; ti < p->n_lt_tokens; ti++) {
+        const int64_t T = p->lt_tokens[ti];
+        for (int terms = 1; terms <= 2; terms++) {
+            for (int resident = nvfp4; resident >= 0; resident--) {
+                nb_cuda_linear_force_terms(terms);
+                for (int i = 0; i < copies; i++) ws[i].flags = resident ? NB_WEIGHT_RESIDENT : 0;
+                char path[48];
+                snprintf(path, sizeof path, "lt %d term%s%s", terms, terms > 1 ? "s" : "",
+                         !nvfp4 ? "" : resident ? ", cached" : ", expand");
+                int graphed = 0;
+                double us = lb_time(E, ws, copies, T, &graphed);
+                lb_print(E, fmt, sh, T, path, wbytes, us, graphed);
+            }
+        }
+    }
+    nb_cuda_linear_force_terms(0);
+    for (int i = 0; i < copies; i++) ws[i].flags = 0;
+}
+
+extern "C" nb_bench_linear_params nb_bench_linear_default_params(void)
+{
+    nb_bench_linear_params p;
+    memset(&p, 0, sizeof p);
+    p.tokens[0] = 1, p.tokens[1] = 2, p.tokens[2] = 10;
+    p.n_tokens = 3;
+    p.lt_tokens[0] = 512, p.lt_tokens[1] = 4096;
+    p.n_lt_tokens = 2;
+    p.bf16 = p.nvfp4 = 1;
+    p.iters = 10;
+    return p;
+}
+
+extern "C" nb_status nb_bench_linear_run(const nb_bench_linear_params *p)
+{
+    lb_env E;
+    memset(&E, 0, sizeof E);
+    E.iters = p->iters > 0 ? p->iters : 10;
+    char dev[256];
+    NB_TRY(nb_cuda_device_describe(0, dev, sizeof dev));
+    NB_CUDA_TRY(cudaSetDevice(0));
+    cudaDeviceGetAttribute(&E.l2_bytes, cudaDevAttrL2CacheSize, 0);
+    NB_TRY(lb_ceilings(&E.copy_GBps, &E.bf16_TFLOPs));
+    printf("device: %s\nceilings: copy %.0f GB/s (2 GiB device-to-device, read + write), BF16 cuBLASLt %.0f TFLOP/s "
+           "(8192^3)\n",
+           dev, E.copy_GBps, E.bf16_TFLOPs);
+    NB_TRY(nb_ops_ctx_new_cuda(0, &E.ctx));
+    E.sm_count = nb_cuda_st(E.ctx)->sm_count;
+    int64_t maxT = 16, maxk = 0, maxn = 0;
+    for (int i = 0; i < p->n_tokens; i++) maxT = p->tokens[i] > maxT ? p->tokens[i] : maxT;
+    for (int i = 0; i < p->n_lt_tokens; i++) maxT = p->lt_tokens[i] > maxT ? p->lt_tokens[i] : maxT;
+    for (int i = 0; i < LB_NSHAPES; i++) {
+        maxk = lb_shapes[i].k > maxk ? lb_shapes[i].k : maxk;
+        if (i < LB_LT_SHAPES) maxn = lb_shapes[i].n > maxn ? lb_shapes[i].n : maxn;
+    }
+    const int64_t gemv_T = 16;
+    const size_t xb = (size_t)(maxT * maxk) * 4;
+    const size_t yb = (size_t)NB_MAX(maxT * maxn, gemv_T * lb_shapes[LB_NSHAPES - 1].n) * 4;
+    nb_status st = NB_OK;
+    if (cudaMalloc((void **)&E.x, xb) != cudaSuccess || cudaMalloc((void **)&E.y, yb) != cudaSuccess) {
+        st = nb_error(NB_ERR_OUT_OF_MEMORY, "bench-linear: activations of %zu + %zu bytes", xb, yb);
+        goto done;
+    }
+    if ((st = lb_fill_dev(E.x, xb, 5, 3)) != NB_OK) goto done;
+    printf("%-6s %-22s %5s  %-22s %10s %9s %7s %9s %7s\n", "format", "shape (in->out)", "T", "path", "us/call", "GB/s",
+           "%copy", "TFLOP/s", "%bf16");
+    for (int f = 0; f < 2 && st == NB_OK; f++) {
+        if ((f == 0 && !p->bf16) || (f == 1 && !p->nvfp4)) continue;
+        for (int si = 0; si < LB_NSHAPES && st == NB_OK; si++) {
+            nb_weight ws[16];
+            int copies = 0;
+            void *data = NULL, *scale = NULL;
+            double wbytes = 0;
+            st = lb_weights(&E, f, &lb_shapes[si], ws, &copies, &data, &scale, &wbytes);
+            if (st == NB_OK) {
+                lb_gemv_rows(&E, f, &lb_shapes[si], p, ws, copies, wbytes);
+                if (si < LB_LT_SHAPES) lb_lt_rows(&E, f, &lb_shapes[si], p, ws, copies, wbytes);
+            }
+            // Cached expansions are keyed by these pointers: drop them with a fresh context.
+            nb_ops_ctx_free(E.ctx);
+            E.ctx = NULL;
+            cudaFree(data);
+            cudaFree(scale);
+            if (st == NB_OK) st = nb_ops_ctx_new_cuda(0, &E.ctx);
+        }
+    }
+done:
+    if (E.ctx) nb_ops_ctx_free(E.ctx);
+    cudaFree(E.x);
+    cudaFree(E.y);
+    return st;
+}
