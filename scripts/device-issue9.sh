@@ -19,8 +19,8 @@
 # INPUT / OUTPUT (128), PROMPTS (the serve bench's requests per level: 16,32,160,1000),
 # OFFLINE_TIMEOUT / SERVE_TIMEOUT (seconds per part), EXTRA (more bench-offline / serve flags).
 # Expected times on one H200 are in docs/bench.md ("issue 9 on the GPU machine").
-# Memory: 8 GLM-5 layers (3 dense, 5 MoE of 256 NVFP4 experts) are ~34 GB of weights, plus the
-# experts' repacked copy (~27 GB), plus a KV pool of ~22.5 KB per token (F32 rows: 8 x
+# Memory: 8 GLM-5 layers (3 dense, 5 MoE of 256 NVFP4 experts) are 33.1 GiB of weights, plus the
+# experts' repacked copy (25.3 GiB), plus a KV pool of ~22.5 KB per token (F32 rows: 8 x
 # (512 + 64 + 128) floats): 1000 x 256 tokens = 5.8 GB; the engine sizes its pool from what
 # is free (--mem-fraction-static), far above that.
 set -uo pipefail
