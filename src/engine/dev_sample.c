@@ -20,7 +20,9 @@ nb_status nb_dev_sample(nb_dev_sampler *s, nb_ops_ctx *ops, float *logits, int a
     size_t offb = ((size_t)n + 1) * sizeof(int32_t), eb = (size_t)ne * sizeof(int32_t);
     /* one host staging block, one upload: params | off | token | count; results after it */
     size_t up = NB_ALIGN256(pb) + NB_ALIGN256(offb) + 2 * NB_ALIGN256(eb);
-    size_t need = up + NB_ALIGN256(ob);
+    /* after the results: the op's scratch for raw values of penalized tokens (keeps the op off
+     * the context's scratch slots, which captured CUDA graphs read) */
+    size_t need = up + NB_ALIGN256(ob) + NB_ALIGN256(eb);
     if (need > s->cap) {
         nb_ops_free(ops, s->buf);
         s->cap = 0;
@@ -44,7 +46,8 @@ nb_status nb_dev_sample(nb_dev_sampler *s, nb_ops_ctx *ops, float *logits, int a
     if (st != NB_OK) return st;
     nb_tensor t = nb_tensor_2d(logits, NB_DTYPE_F32, n, vocab);
     t.device = nb_ops_ctx_device(ops);
-    nb_sample_hist hd = {(const int32_t *)(d + o_off), (const int32_t *)(d + o_tok), (const int32_t *)(d + o_cnt), ne};
+    nb_sample_hist hd = {(const int32_t *)(d + o_off), (const int32_t *)(d + o_tok), (const int32_t *)(d + o_cnt),
+                         ne, (float *)(d + up + NB_ALIGN256(ob))};
     nb_sample_out *dout = (nb_sample_out *)(d + up);
     NB_TRY(nb_op_sample(ops, &t, (const nb_sample_params *)d, ne > 0 ? &hd : NULL, dout));
     return nb_ops_download(ops, out, dout, ob);

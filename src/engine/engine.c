@@ -482,7 +482,7 @@ static nb_status nb_sample_on_runner(nb_engine *e, const nb_plan *pl)
         }
         e->h_off[i + 1] = e->h_off[i] + n;
     }
-    nb_sample_hist h = {e->h_off, e->h_tok, e->h_cnt, e->h_off[R]};
+    nb_sample_hist h = {e->h_off, e->h_tok, e->h_cnt, e->h_off[R], NULL};
     nb_runner *rn = e->parts.runner;
     return rn->sample(rn, R, e->sp_rows, &h, e->so_rows);
 }

@@ -322,12 +322,15 @@ typedef struct nb_sample_out {
  * token of the row's prompt or output and its number of occurrences in the output (0: only in
  * the prompt). n_entries = off[rows] (host-known, for scratch). A row without penalties may
  * have entries: they are not used. Arrays on the op's device; NULL arrays with n_entries 0
- * mean no history. */
+ * mean no history. raw: optional scratch [n_entries] for the raw logits of penalized tokens
+ * (NULL: the backend takes it from its own scratch; a caller replaying CUDA graphs passes its
+ * own so that the op never moves the context's scratch). */
 typedef struct nb_sample_hist {
     const int32_t *off;       /* [rows + 1] */
     const int32_t *token;     /* [n_entries] */
     const int32_t *count;     /* [n_entries] */
     int64_t n_entries;
+    float *raw;               /* [n_entries] scratch, or NULL */
 } nb_sample_hist;
 
 /* ids fit the keys' low 20 bits, and vocab * 2^44 (the largest total weight) fits 63 bits

@@ -108,7 +108,7 @@ static int compare(const char *name, int rows, int V, int dist, int print)
     int nnz = off[rows];
     memcpy(xc, x, n * sizeof *x);
     nb_tensor tc = nb_tensor_2d(xc, NB_DTYPE_F32, rows, V);
-    nb_sample_hist hc = {off, tok, cnt, nnz};
+    nb_sample_hist hc = {off, tok, cnt, nnz, NULL};
     NB_CHECK_OK(nb_op_sample(g_cpu, &tc, p, &hc, oc));
 
     size_t pb = (size_t)rows * sizeof *p, ob = (size_t)rows * sizeof *og;
@@ -125,7 +125,7 @@ static int compare(const char *name, int rows, int V, int dist, int print)
     NB_CHECK_OK(nb_ops_memset(g_gpu, dout, 0, ob));
     nb_tensor tg = nb_tensor_2d(dx, NB_DTYPE_F32, rows, V);
     tg.device = NB_DEVICE_CUDA;
-    nb_sample_hist hg = {doff, dtok, dcnt, nnz};
+    nb_sample_hist hg = {doff, dtok, dcnt, nnz, NULL};
     NB_CHECK_OK(nb_op_sample(g_gpu, &tg, dp, &hg, dout));
     NB_CHECK_OK(nb_ops_download(g_gpu, og, dout, ob));
     NB_CHECK_OK(nb_ops_download(g_gpu, xg, dx, n * sizeof *x));

@@ -1,11 +1,12 @@
 /* The engine's backend-sampling path (runner.h sample hook, engine.c nb_sample_on_runner)
  * over the fake runner: a runner that keeps its logits (forward(NULL)) and samples them with
- * the CPU op, as the CUDA runner does with the GPU op, must give every request exactly the
+ * the CPU op through engine/dev_sample.c, as the CUDA runner does with the GPU op, must give every request exactly the
  * tokens and log-probabilities of the host path (same seeds, penalties, filters, n > 1,
  * prefill chunks that are skipped). Also: a failing sample hook aborts the live requests.
  * Run: build-smp/tests/test_engine_sample_hook */
 #include <pthread.h>
 
+#include "engine/dev_sample.h"
 #include "engine/engine.h"
 #include "engine/sampling.h"
 #include "fake_runner.h"
@@ -18,6 +19,7 @@ static nb_status (*g_fake_forward)(nb_runner *, const nb_batch *, float *);
 static float *g_keep;
 static int g_rows, g_null_forwards, g_sample_calls, g_fail_sample;
 static nb_ops_ctx *g_cpu;
+static nb_dev_sampler g_ds;
 
 static nb_status keep_forward(nb_runner *r, const nb_batch *b, float *logits)
 {
@@ -35,9 +37,8 @@ static nb_status cpu_sample(nb_runner *r, int n, const nb_sample_params *p, cons
     (void)r;
     g_sample_calls++;
     if (g_fail_sample) return nb_error(NB_ERR_INTERNAL, "test: injected sampling failure");
-    if (n != g_rows) return nb_error(NB_ERR_INTERNAL, "test: %d rows sampled, forward made %d", n, g_rows);
-    nb_tensor t = nb_tensor_2d(g_keep, NB_DTYPE_F32, n, V);
-    return nb_op_sample(g_cpu, &t, p, h, out);
+    /* what the CUDA runner does, with a CPU context: staging, one upload, the op, results back */
+    return nb_dev_sample(&g_ds, g_cpu, g_keep, g_rows, V, n, p, h, out);
 }
 
 typedef struct {
@@ -145,6 +146,7 @@ static void test_hook_equals_host(void)
     NB_CHECK(total > NREQ * 5);
     free(g_keep);
     g_keep = NULL;
+    nb_dev_sampler_free(&g_ds, g_cpu);
     nb_ops_ctx_free(g_cpu);
     g_cpu = NULL;
 }

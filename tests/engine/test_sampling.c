@@ -349,7 +349,7 @@ static void test_op_rows_match_sample_token(void)
     }
     memcpy(x, l, (size_t)R * N * sizeof *l);
     nb_tensor t = nb_tensor_2d(x, NB_DTYPE_F32, R, N);
-    nb_sample_hist h = {off, tok, cnt, off[R]};
+    nb_sample_hist h = {off, tok, cnt, off[R], NULL};
     NB_CHECK_OK(nb_op_sample(ctx, &t, p, &h, o));
     for (int r = 0; r < R; r++) {
         memcpy(row, l + r * N, sizeof row);

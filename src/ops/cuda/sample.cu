@@ -430,7 +430,9 @@ extern "C" nb_status nb_cuda_sample(nb_ops_ctx *ctx, nb_tensor *logits, const nb
     if (rows > 0x7fffffff) return nb_error(NB_ERR_INVALID_ARG, "sample: %lld rows", (long long)rows);
     long long n = hist ? (long long)hist->n_entries : 0;
     float *orig = NULL;
-    if (n > 0) {
+    if (n > 0 && hist->raw) {
+        orig = hist->raw;
+    } else if (n > 0) {
         orig = (float *)nb_cuda_scratch(ctx, 0, (size_t)n * sizeof(float));
         if (!orig) return nb_error_wrap(NB_ERR_OUT_OF_MEMORY, "sample: %lld history entries", n);
     }

@@ -10,8 +10,8 @@
 extern "C" {
 #endif
 
-/* Enqueues one block per row on the context's stream; no host synchronization. Uses scratch
- * slot 0 for the raw values of penalized tokens (hist->n_entries floats). */
+/* Enqueues one block per row on the context's stream; no host synchronization. The raw values
+ * of penalized tokens go to hist->raw, or (NULL) to scratch slot 0 (hist->n_entries floats). */
 nb_status nb_cuda_sample(nb_ops_ctx *ctx, nb_tensor *logits, const nb_sample_params *params,
                          const nb_sample_hist *hist, nb_sample_out *out);
 
