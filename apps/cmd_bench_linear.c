@@ -37,9 +37,11 @@ int nb_cmd_bench_linear(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: nibble bench-linear [--tokens 1,2,10] [--lt-tokens 512,4096|none] [--format bf16|nvfp4|all]\n"
+            printf("usage: nibble bench-linear [--tokens 1,2,10] [--lt-tokens 512,4096|none]\n"
+                   "                           [--format bf16|nvfp4|all]\n"
                    "                           [--sweep] [--iters 10]\n"
-                   "  --sweep   also time each forced GEMV K split (1, 2, 4, 8 warps per row group)\n");
+                   "  --sweep   also time each forced GEMV K split (1, 2, 4, 8 warps per row group), with and\n"
+                   "            without activations staged through shared memory\n");
             return 0;
         }
         if (!strcmp(a, "--sweep")) {
@@ -71,8 +73,8 @@ int nb_cmd_bench_linear(int argc, char **argv)
             return 2;
         }
         if (bad) {
-            fprintf(stderr, "bench-linear: bad value '%s' for %s (GEMV tokens 1..16, lt tokens 17..16384, iters 1..64)\n",
-                    v, a);
+            fprintf(stderr, "bench-linear: bad value '%s' for %s (GEMV tokens 1..16, lt tokens 17..16384, "
+                    "iters 1..64)\n", v, a);
             return 2;
         }
     }

@@ -215,7 +215,8 @@ static const uint16_t *cached_bf16(nb_ops_ctx *ctx, const nb_weight *w, size_t b
         cudaGetLastError();
         return NULL;
     }
-    if (nb_cuda_dequant(ctx, w, (uint16_t *)buf, NULL) != NB_OK || nb_cuda_gemm_cache_put(g, w->data, buf, bytes) != NB_OK) {
+    if (nb_cuda_dequant(ctx, w, (uint16_t *)buf, NULL) != NB_OK ||
+        nb_cuda_gemm_cache_put(g, w->data, buf, bytes) != NB_OK) {
         cudaStreamSynchronize(nb_cuda_stream(ctx));
         cudaFree(buf);
         return NULL;

@@ -159,7 +159,8 @@ __global__ void __launch_bounds__(GV_WARPS * 32) k_gemv_vec(nb_weight w, const f
                 const int t = e >> lg, rem = e & (per_t - 1), cl = rem / U4, i = rem % U4;
                 const int64_t c = c0 + cl;
                 xb[(t * CW + cl) * U4 + gv_swz<U4>(cl, i)] =
-                    c < S ? __ldg((const float4 *)(x + (int64_t)t * ldx + c * CE) + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+                    c < S ? __ldg((const float4 *)(x + (int64_t)t * ldx + c * CE) + i)
+                          : make_float4(0.f, 0.f, 0.f, 0.f);
             }
             __syncthreads();
         }
@@ -208,7 +209,8 @@ __global__ void __launch_bounds__(GV_WARPS * 32) k_gemv_vec(nb_weight w, const f
 #pragma unroll
                     for (int t = 0; t < TT; t++) {
                         if (TT > 1 && t >= T) continue;
-                        const float4 a = xu(t, 4 * h), b = xu(t, 4 * h + 1), cc = xu(t, 4 * h + 2), d = xu(t, 4 * h + 3);
+                        const float4 a = xu(t, 4 * h), b = xu(t, 4 * h + 1);
+                        const float4 cc = xu(t, 4 * h + 2), d = xu(t, 4 * h + 3);
                         const float xv[16] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w,
                                               cc.x, cc.y, cc.z, cc.w, d.x, d.y, d.z, d.w};
 #pragma unroll
