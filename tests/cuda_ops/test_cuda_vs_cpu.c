@@ -201,7 +201,8 @@ static void linear_case_ex(nb_wfmt fmt, int T, int n, int k, int bias, unsigned 
         else
             snprintf(path, sizeof path, "gemv");
     }
-    snprintf(name, sizeof name, "linear %s T=%d [%d, %d]%s (%s)", tu_fmt_name(fmt), T, n, k, bias ? " +bias" : "", path);
+    snprintf(name, sizeof name, "linear %s T=%d [%d, %d]%s (%s)", tu_fmt_name(fmt), T, n, k, bias ? " +bias" : "",
+             path);
     tu_compare(name, y, yb, (size_t)T * n, tol);
     free(x), free(y), free(yb);
     tu_weight_free(&w);
