@@ -32,7 +32,11 @@
 #define NB_SM_FBITS(x) __float_as_uint(x)
 #define NB_SM_BITSF(x) __uint_as_float(x)
 #else
-/* Host: the project builds C11 in ISO mode, where GCC does not contract a*b+c. */
+/* Host: the project builds C11 in ISO mode, where GCC does not contract a*b+c; clang would
+ * (its default is FP_CONTRACT ON), so it is told not to for the functions below. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
 #define NB_SM_MUL(a, b) ((a) * (b))
 #define NB_SM_ADD(a, b) ((a) + (b))
 #define NB_SM_SUB(a, b) ((a) - (b))
@@ -159,5 +163,9 @@ NB_SM_FN uint64_t nb_sm_target(double u, uint64_t kept_mass)
     uint64_t t = NB_SM_D2U(NB_SM_DMUL(u, NB_SM_U2D(kept_mass)));
     return t >= kept_mass ? kept_mass - 1 : t;
 }
+
+#if defined(__clang__) && !defined(__CUDA_ARCH__)
+#pragma STDC FP_CONTRACT DEFAULT
+#endif
 
 #endif
