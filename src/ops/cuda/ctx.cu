@@ -44,7 +44,6 @@ extern "C" void nb_cuda_ctx_release(nb_ops_ctx *ctx)
     cudaStreamSynchronize(s->stream);
     nb_cuda_moe_release_all(ctx);
     nb_cuda_mla_release(ctx);
-    nb_cuda_mla_release(ctx);
     for (int i = 0; i < 2; i++)
         if (s->pinned[i]) {
             cudaFreeHost(s->pinned[i]);
