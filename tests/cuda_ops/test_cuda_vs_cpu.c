@@ -472,6 +472,7 @@ static void test_mla(void)
     mla_case_ex(NB_MLA_ABSORBED, 0, NB_WFMT_NVFP4, glm5, 2, 1);
     mla_case_ex(NB_MLA_ABSORBED, 1, NB_WFMT_FP8_BLOCK, glm5, 0, 1);
     mla_case_ex(NB_MLA_ABSORBED, 0, NB_WFMT_BF16, tiny, 1, 0); /* the fixtures' shapes */
+    mla_case_ex(NB_MLA_ABSORBED, 0, NB_WFMT_F32, glm5, 1, 0);  /* GLM-5's shapes, 141 tokens */
 }
 
 /* Host recomputation of a DSA score in double, to judge a disagreement as a near-tie. */
