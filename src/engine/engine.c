@@ -200,7 +200,8 @@ nb_status nb_engine_submit(nb_engine *e, const int32_t *prompt, int prompt_len, 
                         ctx);
     int max_tokens = sp->max_tokens < 0 ? ctx - prompt_len : sp->max_tokens;
     if ((int64_t)prompt_len + max_tokens > ctx)
-        return nb_error(NB_ERR_INVALID_ARG, "max_tokens: prompt of %d tokens + max_tokens %d exceeds the context length of %d",
+        return nb_error(NB_ERR_INVALID_ARG,
+                        "max_tokens: prompt of %d tokens + max_tokens %d exceeds the context length of %d",
                         prompt_len, max_tokens, ctx);
 
     nb_req *r = calloc(1, sizeof *r);

@@ -59,13 +59,15 @@ void nb_sampler_free(nb_sampler *s)
 nb_status nb_sampling_validate(const nb_sampling_params *sp, int vocab)
 {
 #define NB_BAD(field, fmt, v) return nb_error(NB_ERR_INVALID_ARG, "sampling: %s " fmt, field, v)
-    if (!(sp->temperature >= 0) || !isfinite(sp->temperature)) NB_BAD("temperature", "%g: must be >= 0", sp->temperature);
+    if (!(sp->temperature >= 0) || !isfinite(sp->temperature))
+        NB_BAD("temperature", "%g: must be >= 0", sp->temperature);
     if (sp->top_k < -1) NB_BAD("top_k", "%d: must be -1, 0 (off) or positive", sp->top_k);
     if (!(sp->top_p > 0 && sp->top_p <= 1)) NB_BAD("top_p", "%g: must be in (0, 1]", sp->top_p);
     if (!(sp->min_p >= 0 && sp->min_p <= 1)) NB_BAD("min_p", "%g: must be in [0, 1]", sp->min_p);
     if (!(sp->repetition_penalty > 0) || !isfinite(sp->repetition_penalty))
         NB_BAD("repetition_penalty", "%g: must be > 0", sp->repetition_penalty);
-    if (!(fabsf(sp->frequency_penalty) <= 2)) NB_BAD("frequency_penalty", "%g: must be in [-2, 2]", sp->frequency_penalty);
+    if (!(fabsf(sp->frequency_penalty) <= 2))
+        NB_BAD("frequency_penalty", "%g: must be in [-2, 2]", sp->frequency_penalty);
     if (!(fabsf(sp->presence_penalty) <= 2)) NB_BAD("presence_penalty", "%g: must be in [-2, 2]", sp->presence_penalty);
     if (sp->max_tokens < -1) NB_BAD("max_tokens", "%d: must be >= 0 or -1 (up to the context)", sp->max_tokens);
     if (sp->n < 1 || sp->n > 128) NB_BAD("n", "%d: must be in [1, 128]", sp->n);

@@ -243,7 +243,8 @@ static void test_draw_frequencies(void)
         double ex = R * exp((double)x[kept[j]]) / z;
         chi += (count[kept[j]] - ex) * (count[kept[j]] - ex) / ex;
     }
-    fprintf(stderr, "  top_k 4 over 20000 GPU draws: %d %d %d %d (ids 3 6 0 1), others %d, chi2 %.2f (df 3, crit 21.1)\n",
+    fprintf(stderr,
+            "  top_k 4 over 20000 GPU draws: %d %d %d %d (ids 3 6 0 1), others %d, chi2 %.2f (df 3, crit 21.1)\n",
             count[3], count[6], count[0], count[1], R - count[3] - count[6] - count[0] - count[1], chi);
     NB_CHECK(count[2] + count[4] + count[5] + count[7] == 0);
     NB_CHECK(chi < 21.1);
@@ -309,7 +310,9 @@ static void test_bench(void)
         }
     }
     /* what the host path costs for the same step: logits down + one host thread sampling */
-    fprintf(stderr, "  host path (before): download [rows, %d] F32 + nb_cpu_sample_row on one thread, T0.7 top_k 50 top_p 0.9\n", V);
+    fprintf(stderr,
+            "  host path (before): download [rows, %d] F32 + nb_cpu_sample_row on one thread, T0.7 top_k 50 top_p 0.9\n",
+            V);
     uint64_t *scr = malloc(NB_CPU_SAMPLE_SCRATCH(V) * sizeof *scr);
     float *hx = malloc(n * sizeof *hx);
     nb_sample_params hp = p[0];

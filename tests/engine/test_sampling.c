@@ -331,7 +331,8 @@ static void test_op_rows_match_sample_token(void)
     nb_sample_out o[R];
     nb_sampling_params sp[R];
     for (int r = 0; r < R; r++) {
-        for (int i = 0; i < N; i++) l[r * N + i] = (float)((int)(nb_mix64((uint64_t)(r * N + i)) % 2000) - 1000) * 0.01f;
+        for (int i = 0; i < N; i++)
+            l[r * N + i] = (float)((int)(nb_mix64((uint64_t)(r * N + i)) % 2000) - 1000) * 0.01f;
         for (int i = 0; i < LEN; i++) seq[r][i] = (int32_t)(nb_mix64((uint64_t)(r * 77 + i) + 9) % 60);
         sp[r] = nb_sampling_default_params();
         sp[r].temperature = r % 4 == 0 ? 0.0f : 0.9f;
