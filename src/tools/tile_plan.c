@@ -76,11 +76,15 @@ nb_status nb_tile_print_table(FILE *f, int sm)
         row(f, &c, lim);
     }
 
-    /* The wgmma kernel (ops/cuda/moe_wgmma.cu): weights expanded in registers (wgmma's A from
-     * registers), the token tile in a 3-deep ring of 128-wide k-slices; the whole block's
-     * shared memory as the launcher checks it. m = weight rows per block (4 warps x 2 x 16). */
-    nb_tile_config wg = {"moe wgmma (64 tokens)", 128, NB_MOE_WG_TILE, 128, 0.0, 2.0, 0, 0, NB_EPI_NONE,
-                         nb_moe_wg_smem_total(NB_MOE_WG_TILE)};
+    /* The wgmma kernel (ops/cuda/moe_wgmma.cu): a ring of 128-wide k-slices of the token tile
+     * (BF16) and the block's NVFP4 codes + scales; the weights are expanded in registers
+     * (wgmma's A from registers). The whole block's shared memory, as the launcher checks it.
+     * m = weight rows per block (8 warps x 2 row tiles x 16). */
+    nb_tile_config wg = {"moe wgmma, A in smem", 16 * 2 * NB_MOE_WG_WARPS, NB_MOE_WG_TILE, 128, 0.5625, 2.0, 16,
+                         0, NB_EPI_NONE, nb_moe_wg_smem_total(NB_MOE_WG_TILE, 1)};
+    row(f, &wg, lim);
+    wg.name = "moe wgmma, A in regs";
+    wg.extra = nb_moe_wg_smem_total(NB_MOE_WG_TILE, 0);
     row(f, &wg, lim);
 
     /* Block-scaled FP4 x FP4 tiles (NVFP4, 16-element scale vectors), as CUTLASS's SM100/SM120

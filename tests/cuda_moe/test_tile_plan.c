@@ -24,9 +24,13 @@ static void test_sums(void)
     c.epi = NB_EPI_F32;
     NB_CHECK(nb_tile_plan(&c).epilogue == 131072);
     NB_CHECK_STATUS(nb_tile_check(&c, 121), NB_ERR_INVALID_ARG);
-    /* The wgmma kernel: 3 stages x 64 tokens x 128 k x 2 bytes + 1 KiB alignment + 64 row
-     * offsets + 2 item slots. */
-    NB_CHECK(nb_moe_wg_smem_total(64) == 3 * 16384 + 1024 + 512 + 8);
+    /* The wgmma kernel: stages of 64 tokens x 128 k x 2 bytes + 8 warps x (2 KiB codes + 512 B
+     * scales), 4 of them + 2 x 32 KiB of expanded weights, or 5; + 1 KiB alignment + 64 row
+     * offsets + 2 item slots. Both fit sm_90's 227 KiB, neither sm_120's 99 KiB. */
+    NB_CHECK(nb_moe_wg_smem_total(64, 1) == 4 * (16384 + 20480) + 65536 + 1024 + 512 + 8);
+    NB_CHECK(nb_moe_wg_smem_total(64, 0) == 5 * (16384 + 20480) + 1024 + 512 + 8);
+    NB_CHECK(nb_moe_wg_smem_total(64, 1) <= nb_tile_smem_limit(90));
+    NB_CHECK(nb_moe_wg_smem_total(64, 0) > nb_tile_smem_limit(120));
 }
 
 static void test_table(void)
@@ -41,7 +45,7 @@ static void test_table(void)
     NB_CHECK(fread(buf, 1, (size_t)n, f) == (size_t)n);
     NB_CHECK(strstr(buf, "unusable here") != NULL);
     NB_CHECK(strstr(buf, "moe stream (8 tokens)") != NULL);
-    NB_CHECK(strstr(buf, "moe wgmma (64 tokens)") != NULL);
+    NB_CHECK(strstr(buf, "moe wgmma, A in smem") != NULL);
     free(buf);
     fclose(f);
     NB_CHECK_STATUS(nb_tile_print_table(stdout, 7), NB_ERR_INVALID_ARG);

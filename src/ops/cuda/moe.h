@@ -6,14 +6,18 @@
  *   slots fused in its epilogue (F32 atomics into out).
  * Weights are repacked once at load from the ModelOpt layout (nb_moe_repack_nvfp4) into
  * per-lane fragments of the mma.sync m16n8k16 A operand; docs/moe-kernels.md draws it.
- * Two regimes behind nb_moe_forward, chosen by nb_moe_pick_kernel (a ladder of named
- * predicates, forceable with NIBBLE_MOE_KERNEL=stream|mma):
+ * Three kernels behind nb_moe_forward, chosen by nb_moe_pick_kernel (a ladder of named
+ * predicates, forceable with NIBBLE_MOE_KERNEL=stream|mma|wgmma):
  *   stream: token tiles of 8 or 16 (1 or 2 n8 fragments per warp), each lane reading its
  *           token fragments from global memory (L2); each weight byte is read once per tile.
  *   mma:    token tiles of 32 or 64 (4 or 8 fragments per warp), each k-group of the tile
  *           staged once per block in shared memory; weights reused across the tile.
- * Both run as one persistent kernel per step after a one-block routing kernel: blocks of 4
- * warps take items (tile, row-tile pairs) from a counter, gate_up items first; K is split
+ *   wgmma:  (sm_90a, moe_wgmma.cu) token tiles of up to 64, wgmma m64nNk16 with N = 16..64
+ *           per tile: weights expanded once per tile in registers (wgmma's A operand),
+ *           tokens, codes and scales through a cp.async ring in shared memory; an expert's
+ *           tiles run side by side so its weights come from HBM about once.
+ * All run as one persistent kernel per step after a one-block routing kernel: blocks of 4
+ * warps (8 for wgmma) take items (tile, row-tile pairs) from a counter, gate_up items first; K is split
  * over 1, 2 or 4 warps per pair depending on how many experts the step touches, so that
  * all touched experts' work covers every SM (NIBBLE_MOE_KSPLIT=1|2|4 forces the split).
  * Tests: tests/cuda_moe/test_moe.c (ctest -L gpu). Benchmark: nibble bench-moe. */
@@ -55,21 +59,28 @@ static inline size_t nb_moe_smem_bytes(int nt, int gate_up)
     return red + stage;
 }
 
-/* The wgmma kernel (sm_90a; many tokens per expert): token tiles of up to NB_MOE_WG_TILE
- * tokens; a ring of NB_MOE_WG_STAGES stages, each a 128-wide k-slice of the token tile
- * ([nmax tokens][128 k] BF16, 128-byte swizzled), in dynamic shared memory (+1 KB for
- * aligning the ring to 1024 bytes), plus nmax row offsets. */
+/* The wgmma kernel (sm_90a; many tokens per expert): blocks of NB_MOE_WG_WARPS warps (two
+ * warpgroups), token tiles of up to NB_MOE_WG_TILE tokens. Dynamic shared memory: a ring of
+ * stages, each one 128-wide k-slice of the token tile ([nmax tokens][128 k] BF16, 128-byte
+ * swizzled) plus every warp's NVFP4 codes (2 row tiles x 128 k x 0.5 B = 2 KB) and scales
+ * (512 B) for it; with a_smem (the default: wgmma reads the expanded weights from shared
+ * memory) 4 stages and two 32 KB buffers of one k-tile of BF16 weights (2 warpgroups x
+ * gate/up x 64 rows x 64 k), else (A from registers) 5 stages; +1 KB for 1024-byte
+ * alignment, plus nmax row offsets. */
 #define NB_MOE_WG_TILE 64
-#define NB_MOE_WG_STAGES 3
-static inline size_t nb_moe_wg_smem_bytes(int nmax)
+#define NB_MOE_WG_WARPS 8
+#define NB_MOE_WG_STAGES 5
+#define NB_MOE_WG_SS_STAGES 4
+static inline size_t nb_moe_wg_smem_bytes(int nmax, int a_smem)
 {
-    return (size_t)NB_MOE_WG_STAGES * 128u * 2u * (size_t)nmax;
+    size_t stage = 128u * 2u * (size_t)nmax + (size_t)NB_MOE_WG_WARPS * 2560u;
+    return a_smem ? (size_t)NB_MOE_WG_SS_STAGES * stage + 2u * 32768u : (size_t)NB_MOE_WG_STAGES * stage;
 }
 /* All of a wgmma block's shared memory (what the launcher checks against the opt-in limit):
- * the ring, its alignment slack, the row offsets and the two item slots. */
-static inline size_t nb_moe_wg_smem_total(int nmax)
+ * the dynamic part, its alignment slack, the row offsets and the two item slots. */
+static inline size_t nb_moe_wg_smem_total(int nmax, int a_smem)
 {
-    return nb_moe_wg_smem_bytes(nmax) + 1024u + 8u * (size_t)nmax + 8u;
+    return nb_moe_wg_smem_bytes(nmax, a_smem) + 1024u + 8u * (size_t)nmax + 8u;
 }
 
 /* Bytes of the repacked weight codes and scales of one [n, k] matrix (the same as the
@@ -121,7 +132,8 @@ typedef struct nb_moe_desc {
     size_t workspace_bytes;
 } nb_moe_desc;
 
-/* Device workspace for up to `tokens` tokens (permutation, tiles, the intermediate). */
+/* Device workspace for up to `tokens` tokens (permutation, tiles, the intermediate, and a
+ * copy of x in the wgmma kernel's K order). */
 size_t nb_moe_workspace_bytes(const nb_moe_weights_dev *w, int tokens, int topk);
 
 /* Enqueue one step on `stream` (a cudaStream_t; NULL = default). No host synchronization
@@ -140,9 +152,13 @@ nb_status nb_moe_shared_forward(const nb_moe_weights_dev *w, const uint16_t *x, 
 
 /* Few tokens per expert: weight bytes dominate, stream them once over all SMs. */
 int nb_moe_should_use_stream(double tokens_per_expert, int n, int k, int sm);
-/* Which kernel nb_moe_forward runs for this step: NIBBLE_MOE_KERNEL=stream|mma forces one;
- * else the predicates above on the mean tokens per expert (tokens*topk/experts). The
- * choice is logged at debug level under tag "cuda". */
+/* Many tokens per expert on an sm_90 device, with enough work items to fill the GPU: the
+ * wgmma kernel. */
+int nb_moe_should_use_wgmma(int tokens, int topk, int experts, int hidden, int inter, int sm);
+/* Which kernel nb_moe_forward runs for this step: NIBBLE_MOE_KERNEL=stream|mma|wgmma forces
+ * one; else stream when should_use_stream (mean tokens per expert, tokens*topk/experts),
+ * wgmma when should_use_wgmma, else mma. `sm` is the device's compute capability x 10 (the
+ * forward path reads it from the device). The choice is logged at debug level, tag "cuda". */
 nb_moe_kernel nb_moe_pick_kernel(int tokens, int topk, int experts, int hidden, int inter, int sm);
 const char *nb_moe_kernel_name(nb_moe_kernel k);
 

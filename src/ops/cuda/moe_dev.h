@@ -166,6 +166,6 @@ __device__ __forceinline__ void add_release(int *p, int v)
 // The wgmma kernel's launcher (moe_wgmma.cu): token tiles of up to nmax (NB_MOE_WG_TILE) tokens.
 nb_status moe_launch_wg(const moe_params &p, int nmax, int sms, cudaStream_t st);
 // Its dynamic shared memory for tiles of up to nmax tokens (nb_moe_wg_smem_bytes + alignment).
-size_t moe_wg_dyn_smem(int nmax);
+size_t moe_wg_dyn_smem(int nmax, int a_smem);
 
 #endif

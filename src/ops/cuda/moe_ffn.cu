@@ -449,6 +449,20 @@ extern "C" int nb_moe_should_use_stream(double tokens_per_expert, int n, int k, 
     return tokens_per_expert <= 12.0;
 }
 
+extern "C" int nb_moe_should_use_wgmma(int tokens, int topk, int experts, int hidden, int inter, int sm)
+{
+    if (sm != 90 || tokens <= 0 || experts <= 0) return 0;
+    // Its items are big (a 64-token tile x 256 weight rows x all of K) and K is not split:
+    // only worth it with enough of them to keep 132 SMs busy through several waves; a single
+    // dense expert below ~1000 tokens (bench-gemm, the shared expert) has too few.
+    const double k = topk < experts ? topk : experts;
+    const double touched = experts * (1.0 - pow(1.0 - k / experts, (double)tokens));
+    const double per = (double)tokens * k / (touched > 0 ? touched : 1);
+    const double tiles = touched * ceil(per / NB_MOE_WG_TILE);
+    const double items = tiles * (inter / (16.0 * NB_MOE_WG_WARPS) + hidden / (32.0 * NB_MOE_WG_WARPS));
+    return items >= 4.0 * 132;
+}
+
 // Warps that split K per row-tile pair of a phase with `pairs` pairs per expert (gate_up:
 // inter/16, down: hidden/32): enough pair-tasks over the expected touched experts for ~16
 // warps on each of 132 SMs without splitting, else split 2 or 4 ways.
@@ -486,8 +500,8 @@ extern "C" nb_moe_kernel nb_moe_pick_kernel(int tokens, int topk, int experts, i
         double tpe = (double)tokens * topk / (experts > 0 ? experts : 1);
         if (nb_moe_should_use_stream(tpe, inter, hidden, sm))
             k = NB_MOE_KERNEL_STREAM, why = "should_use_stream (<= 12 tokens per expert)";
-        else if (sm == 90)
-            k = NB_MOE_KERNEL_WGMMA, why = "sm_90: wgmma";
+        else if (nb_moe_should_use_wgmma(tokens, topk, experts, hidden, inter, sm))
+            k = NB_MOE_KERNEL_WGMMA, why = "should_use_wgmma (sm_90, >= 4 waves of items)";
         else
             k = NB_MOE_KERNEL_MMA, why = "default";
     }

@@ -19,6 +19,7 @@
 // SiLU(gate)*up intermediate in it directly, so both GEMMs stage B with plain 16-byte copies.
 // Tests: tests/cuda_moe/test_moe.c (kernel "wgmma"); timing: nibble bench-moe --kernel wgmma.
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
@@ -34,9 +35,12 @@
 #define MOE_WG_ARCH 0
 #endif
 
-#define MOE_WG_STAGES NB_MOE_WG_STAGES
+#define MOE_WG_WARPS NB_MOE_WG_WARPS                      // two warpgroups per block
+#define MOE_WG_THREADS (MOE_WG_WARPS * 32)
+#define MOE_WG_RING(as) ((as) ? NB_MOE_WG_SS_STAGES : NB_MOE_WG_STAGES)  // ring stages per variant
+#define MOE_WG_ABUF 32768  // one k-tile of expanded A: 2 warpgroups x (gate, up) x 64 rows x 128 B
 #define MOE_WG_SLICE 128                                  // k per ring stage (two k-tiles)
-#define MOE_WG_PERM_KTILES (MOE_THREADS * 4)              // 64-wide k-tiles of x one permuting item rewrites
+#define MOE_WG_PERM_KTILES (MOE_WG_THREADS * 2)           // 64-wide k-tiles of x one permuting item rewrites
 
 // ---- wgmma plumbing ------------------------------------------------------------------------
 
@@ -75,8 +79,8 @@ __device__ __forceinline__ int wg_pos64(int x)
 // word 8u + 2s + h of a k-tile (real k 16u + 4s + 2h, +1) goes to word 8s + 4h + u.
 __device__ __forceinline__ void moe_wg_permute(const moe_params &p, long long first, long long n_ktiles)
 {
-    for (int m = 0; m < 4; m++) {
-        const long long kt = first + threadIdx.x + (long long)m * MOE_THREADS;
+    for (int m = 0; m < MOE_WG_PERM_KTILES / MOE_WG_THREADS; m++) {
+        const long long kt = first + threadIdx.x + (long long)m * MOE_WG_THREADS;
         if (kt >= n_ktiles) break;
         const uint4 *src = (const uint4 *)(p.x + kt * 64);
         uint4 *dst = (uint4 *)(p.xpw + kt * 64);
@@ -97,118 +101,157 @@ __device__ __forceinline__ void moe_wg_permute(const moe_params &p, long long fi
     }
 }
 
-// All 128 threads: the token rows of k-slice `sl` (k-tiles 2sl, 2sl+1, wgmma order in global
-// memory) into ring stage `buf`: per k-tile N rows of 128 bytes, 16-byte chunk c of row r at
-// chunk c ^ (r % 8) (the 128-byte swizzle). Rows past the tile (row[r] < 0) are zeros.
+// Bytes of one ring stage for a tile of N tokens: the token k-slice (2 k-tiles x N rows x
+// 128 bytes, 128-byte swizzled), then each warp's weight codes (2 row tiles x 2 k-tiles x 512
+// bytes) and scales (2 row tiles x 256 bytes: the whole k-group, re-read for its second
+// slice). A multiple of 1024, so every stage's token part stays 1024-aligned.
+#define MOE_WG_CODES_OFF(N) ((N) * 256)
+#define MOE_WG_SCALES_OFF(N) ((N) * 256 + MOE_WG_WARPS * 2048)
+#define MOE_WG_STAGE_BYTES(N) ((N) * 256 + MOE_WG_WARPS * 2560)
+
+// Everything k-slice `sl` needs into ring stage `buf`, one cp.async group:
+//   tokens (all threads): per k-tile q, row r's 16-byte chunk c at chunk c ^ (r % 8) of the
+//     row's 128 bytes; rows past the tile (row[r] < 0) are zeros;
+//   codes (each warp its own): 4 x 16 bytes per lane; scales: lanes 0-15 row tile a, 16-31 b.
 template <int N>
-__device__ __forceinline__ void moe_wg_stage(char *buf, const uint16_t *base, const long long *row, int sl)
+__device__ __forceinline__ void moe_wg_stage(char *buf, const uint16_t *base, const long long *row, int sl,
+                                             const uint8_t *wa, const uint8_t *wb, const uint8_t *sa,
+                                             const uint8_t *sb)
 {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
-    for (int m = 0; m < N * 16 / MOE_THREADS; m++) {
-        const int c = threadIdx.x + m * MOE_THREADS, r = c >> 4, q = (c >> 3) & 1, ch = c & 7;
+    for (int m = 0; m < N * 16 / MOE_WG_THREADS; m++) {
+        const int c = threadIdx.x + m * MOE_WG_THREADS, r = c >> 4, q = (c >> 3) & 1, ch = c & 7;
         const long long off = row[r];
         char *dst = buf + q * (N * 128) + (r >> 3) * 1024 + (r & 7) * 128 + ((ch ^ (r & 7)) << 4);
         cp_async16(dst, base + (off < 0 ? 0 : off) + (2 * sl + q) * 64 + ch * 8, off >= 0);
     }
+    char *cw = buf + MOE_WG_CODES_OFF(N) + warp * 2048 + lane * 16;
+#pragma unroll
+    for (int q = 0; q < 2; q++) {
+        cp_async16(cw + q * 512, wa + (size_t)(2 * sl + q) * 512 + lane * 16, true);
+        cp_async16(cw + 1024 + q * 512, wb + (size_t)(2 * sl + q) * 512 + lane * 16, true);
+    }
+    char *cs = buf + MOE_WG_SCALES_OFF(N) + warp * 512 + lane * 16;
+    cp_async16(cs, (lane < 16 ? sa : sb - 256) + (size_t)(sl >> 1) * 256 + lane * 16, true);
     cp_async_commit();
 }
 
-// This lane's codes of k-slice sl (k-tiles 2sl, 2sl+1) of both row tiles.
-__device__ __forceinline__ void moe_load_slice(const uint8_t *wap, const uint8_t *wbp, int sl, uint4 (&wa)[2],
-                                               uint4 (&wb)[2])
-{
-#pragma unroll
-    for (int q = 0; q < 2; q++) {
-        wa[q] = ld_stream(wap + (size_t)(2 * sl + q) * 512);
-        wb[q] = ld_stream(wbp + (size_t)(2 * sl + q) * 512);
-    }
-}
-
-// One item on a tile of cnt <= N tokens: 4 pairs of 16-row tiles (one per warp, as the mma
-// kernels with ks = 1) times the whole K.
-//   DN == false: gate_up, pair (r, r + inter/16) of W13, r = 4 rb + warp; writes act.
+// One item on a tile of cnt <= N tokens: 8 pairs of 16-row tiles (one per warp; warps 0-3
+// and 4-7 are the two warpgroups, each issuing its own wgmmas on the shared token stage)
+// times the whole K.
+//   DN == false: gate_up, pair (r, r + inter/16) of W13, r = 8 rb + warp; writes act.
 //   DN == true:  down, pair (2r, 2r+1) of W2; adds into out.
-template <int N, bool DN>
-__device__ __forceinline__ void moe_wg_item(const moe_params &p, char *ring, const long long *row, int e,
-                                            int start, int cnt, int rb)
+template <int N, bool DN, int AS>
+__device__ __forceinline__ void moe_wg_item(const moe_params &p, char *ring, char *abuf, const long long *row,
+                                            int e, int start, int cnt, int rb)
 {
 #if MOE_WG_ARCH
+    constexpr int STAGES = MOE_WG_RING(AS), AHEAD = STAGES - 2;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int pair = rb * MOE_WARPS + warp;
+    const int pair = rb * MOE_WG_WARPS + warp;
     const int n = DN ? p.hidden : 2 * p.inter, K = DN ? p.inter : p.hidden;
     const int ktiles = K / 64, kgroups = K / 256, slices = K / MOE_WG_SLICE;
     const int nta = DN ? 2 * pair : pair, ntb = DN ? 2 * pair + 1 : pair + p.inter / 16;
     const uint8_t *wbase = (DN ? p.w2 : p.w13) + (size_t)e * ((size_t)n * K / 2);
     const uint8_t *sbase = (DN ? p.s2 : p.s13) + (size_t)e * ((size_t)n * K / 16);
-    const uint8_t *wap = wbase + ((size_t)nta * ktiles * 32 + lane) * 16;
-    const uint8_t *wbp = wbase + ((size_t)ntb * ktiles * 32 + lane) * 16;
-    const uint8_t *sap = sbase + ((size_t)nta * kgroups * 32 + lane) * 8;
-    const uint8_t *sbp = sbase + ((size_t)ntb * kgroups * 32 + lane) * 8;
+    const uint8_t *wa = wbase + (size_t)nta * ktiles * 512, *wb = wbase + (size_t)ntb * ktiles * 512;
+    const uint8_t *sa = sbase + (size_t)nta * kgroups * 256, *sb = sbase + (size_t)ntb * kgroups * 256;
     const uint16_t *bbase = DN ? p.act : p.xp;
-    const int stage_bytes = 2 * N * 128;
+    const int stage_bytes = MOE_WG_STAGE_BYTES(N);
     const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(ring);
 
     float da[N / 2], db[N / 2];
 #pragma unroll
     for (int i = 0; i < N / 2; i++) da[i] = db[i] = 0.0f;
 
-    moe_wg_stage<N>(ring, bbase, row, 0);
-    if (slices > 1)
-        moe_wg_stage<N>(ring + stage_bytes, bbase, row, 1);
-    else
-        cp_async_commit();
-    // Weight codes one k-slice ahead in registers (this lane's 2 x 32 bytes), scales one
-    // k-group ahead (2 x 8 bytes): the accumulators leave no room for more.
-    uint4 ca[2], cb[2], na[2], nb[2];
-    uint2 csa, csb, nsa = make_uint2(0, 0), nsb = nsa;
-    moe_load_slice(wap, wbp, 0, ca, cb);
-    csa = ld_stream2(sap), csb = ld_stream2(sbp);
-    for (int kg = 0; kg < kgroups; kg++) {
+    // AHEAD slices in flight ahead of the one being multiplied.
 #pragma unroll
-        for (int h2 = 0; h2 < 2; h2++) {
-            const int sl = 2 * kg + h2;
-            if (h2 == 0) {
-                moe_load_slice(wap, wbp, sl + 1, na, nb);
-            } else if (kg + 1 < kgroups) {
-                moe_load_slice(wap, wbp, sl + 1, na, nb);
-                nsa = ld_stream2(sap + (size_t)(kg + 1) * 256), nsb = ld_stream2(sbp + (size_t)(kg + 1) * 256);
-            }
-            // Slice sl has landed (one later group may still be in flight); every warp's
-            // wgmmas on the stage about to be refilled (slice sl - 1) are complete.
-            cp_async_wait<1>();
-            fence_proxy_async();
-            wg_wait<0>();
-            __syncthreads();
-            if (sl + 2 < slices)
-                moe_wg_stage<N>(ring + ((sl + 2) % MOE_WG_STAGES) * stage_bytes, bbase, row, sl + 2);
-            else
-                cp_async_commit();  // an empty group keeps wait_group's count uniform
-            const uint32_t sbuf = ring_s + (uint32_t)((sl % MOE_WG_STAGES) * stage_bytes);
+    for (int i = 0; i < AHEAD; i++) {
+        if (i < slices)
+            moe_wg_stage<N>(ring + i * stage_bytes, bbase, row, i, wa, wb, sa, sb);
+        else
+            cp_async_commit();
+    }
+    for (int sl = 0; sl < slices; sl++) {
+        // Slice sl has landed for every thread. The stage refilled below last held slice
+        // sl - 2, whose wgmmas every warp has completed (each warp keeps at most 2 k-steps,
+        // or one k-tile with A in shared memory, in flight, and all are past slice sl - 1).
+        cp_async_wait<AHEAD - 1>();
+        fence_proxy_async();
+        __syncthreads();
+        if (sl + AHEAD < slices)
+            moe_wg_stage<N>(ring + ((sl + AHEAD) % STAGES) * stage_bytes, bbase, row, sl + AHEAD, wa, wb, sa, sb);
+        else
+            cp_async_commit();  // an empty group keeps wait_group's count uniform
+        const char *stg = ring + (sl % STAGES) * stage_bytes;
+        const uint32_t sbuf = ring_s + (uint32_t)((sl % STAGES) * stage_bytes);
+        const uint2 sca = *(const uint2 *)(stg + MOE_WG_SCALES_OFF(N) + warp * 512 + lane * 8);
+        const uint2 scb = *(const uint2 *)(stg + MOE_WG_SCALES_OFF(N) + warp * 512 + 256 + lane * 8);
 #pragma unroll
-            for (int q = 0; q < 2; q++) {
-                const int qq = 2 * h2 + q;
-                uint32_t sa, sa8, sb, sb8;
-                expand_scales((qq < 2 ? csa.x : csa.y) >> ((qq & 1) * 16), sa, sa8);
-                expand_scales((qq < 2 ? csb.x : csb.y) >> ((qq & 1) * 16), sb, sb8);
-                const uint32_t wwa[4] = {ca[q].x, ca[q].y, ca[q].z, ca[q].w};
-                const uint32_t wwb[4] = {cb[q].x, cb[q].y, cb[q].z, cb[q].w};
+        for (int q = 0; q < 2; q++) {
+            const uint4 ca = *(const uint4 *)(stg + MOE_WG_CODES_OFF(N) + warp * 2048 + q * 512 + lane * 16);
+            const uint4 cb = *(const uint4 *)(stg + MOE_WG_CODES_OFF(N) + warp * 2048 + 1024 + q * 512 + lane * 16);
+            uint32_t xa, xa8, xb, xb8;
+            // k-tile 2 (sl & 1) + q of the k-group: its two scale bytes per row tile
+            expand_scales(((sl & 1) ? sca.y : sca.x) >> (q * 16), xa, xa8);
+            expand_scales(((sl & 1) ? scb.y : scb.x) >> (q * 16), xb, xb8);
+            const uint32_t wwa[4] = {ca.x, ca.y, ca.z, ca.w};
+            const uint32_t wwb[4] = {cb.x, cb.y, cb.z, cb.w};
+            if (!AS) {
 #pragma unroll
                 for (int s = 0; s < 4; s++) {
                     uint32_t a[4], b[4];
-                    expand_codes(wwa[s], sa, sa8, a);
-                    expand_codes(wwb[s], sb, sb8, b);
+                    expand_codes(wwa[s], xa, xa8, a);
+                    expand_codes(wwb[s], xb, xb8, b);
                     const uint64_t desc = wg_desc(sbuf + (uint32_t)(q * N * 128 + s * 32));
                     wg_fence();
                     moe_wg_mma<N>::run(da, a[0], a[1], a[2], a[3], desc);
                     moe_wg_mma<N>::run(db, b[0], b[1], b[2], b[3], desc);
                     wg_commit();
+                    // Two k-steps in flight (their A registers stay live; with more, ptxas
+                    // serializes the wgmmas for want of registers).
                     wg_wait<1>();
                 }
+            } else {
+                // A in shared memory: this warp's 2 x 16 rows of k-tile kt, expanded once
+                // into buffer kt & 1 (its previous reader, k-tile kt - 2, has completed:
+                // wait_group 1 after k-tile kt - 1), then one wgmma group per k-tile.
+                const int wg = warp >> 2, wl = warp & 3, kt = 2 * sl + q;
+                char *am = abuf + (kt & 1) * MOE_WG_ABUF + wg * (MOE_WG_ABUF / 2);
+                const uint32_t am_s = (uint32_t)__cvta_generic_to_shared(am);
+#pragma unroll
+                for (int s = 0; s < 4; s++) {
+                    uint32_t a[4], b[4];
+                    expand_codes(wwa[s], xa, xa8, a);
+                    expand_codes(wwb[s], xb, xb8, b);
+                    // rows 16 wl + g (+8): atom 2 wl (+1), row g of it; k-step s is the
+                    // row's 16-byte chunks 2s (cols 0-7) and 2s+1 (cols 8-15), swizzled.
+                    const int o0 = (2 * wl) * 1024 + g * 128 + 4 * t, o1 = o0 + 1024;
+                    const int c0 = ((2 * s) ^ g) << 4, c1 = ((2 * s + 1) ^ g) << 4;
+                    *(uint32_t *)(am + o0 + c0) = a[0];
+                    *(uint32_t *)(am + o1 + c0) = a[1];
+                    *(uint32_t *)(am + o0 + c1) = a[2];
+                    *(uint32_t *)(am + o1 + c1) = a[3];
+                    *(uint32_t *)(am + 8192 + o0 + c0) = b[0];
+                    *(uint32_t *)(am + 8192 + o1 + c0) = b[1];
+                    *(uint32_t *)(am + 8192 + o0 + c1) = b[2];
+                    *(uint32_t *)(am + 8192 + o1 + c1) = b[3];
+                }
+                fence_proxy_async();
+                asm volatile("bar.sync %0, 128;" ::"r"(1 + wg) : "memory");  // the warpgroup's 64 rows
+                wg_fence();
+#pragma unroll
+                for (int s = 0; s < 4; s++) {
+                    const uint64_t bdesc = wg_desc(sbuf + (uint32_t)(q * N * 128 + s * 32));
+                    moe_wg_mma_ss<N>::run(da, wg_desc(am_s + (uint32_t)(s * 32)), bdesc);
+                    moe_wg_mma_ss<N>::run(db, wg_desc(am_s + 8192u + (uint32_t)(s * 32)), bdesc);
+                }
+                wg_commit();
+                wg_wait<1>();
             }
-            ca[0] = na[0], ca[1] = na[1], cb[0] = nb[0], cb[1] = nb[1];
         }
-        csa = nsa, csb = nsb;
     }
     wg_wait<0>();
 #pragma unroll
@@ -251,16 +294,16 @@ __device__ __forceinline__ void moe_wg_item(const moe_params &p, char *ring, con
 #endif
 }
 
-template <bool DN>
-__device__ __forceinline__ void moe_wg_dispatch(const moe_params &p, char *ring, const long long *row, int4 tl,
-                                                int rb)
+template <bool DN, int AS>
+__device__ __forceinline__ void moe_wg_dispatch(const moe_params &p, char *ring, char *abuf, const long long *row,
+                                                int4 tl, int rb)
 {
     // The narrowest instruction that covers the tile (tiles hold 1..64 tokens).
     switch ((tl.z + 15) >> 4) {
-    case 1: moe_wg_item<16, DN>(p, ring, row, tl.x, tl.y, tl.z, rb); break;
-    case 2: moe_wg_item<32, DN>(p, ring, row, tl.x, tl.y, tl.z, rb); break;
-    case 3: moe_wg_item<48, DN>(p, ring, row, tl.x, tl.y, tl.z, rb); break;
-    default: moe_wg_item<64, DN>(p, ring, row, tl.x, tl.y, tl.z, rb); break;
+    case 1: moe_wg_item<16, DN, AS>(p, ring, abuf, row, tl.x, tl.y, tl.z, rb); break;
+    case 2: moe_wg_item<32, DN, AS>(p, ring, abuf, row, tl.x, tl.y, tl.z, rb); break;
+    case 3: moe_wg_item<48, DN, AS>(p, ring, abuf, row, tl.x, tl.y, tl.z, rb); break;
+    default: moe_wg_item<64, DN, AS>(p, ring, abuf, row, tl.x, tl.y, tl.z, rb); break;
     }
 }
 
@@ -270,18 +313,19 @@ __device__ __forceinline__ void moe_wg_dispatch(const moe_params &p, char *ring,
 // gate_up items wait for all zeroing and permuting items; a down item of tile i also for
 // tile i's gate_up items. The deadlock argument of moe_ffn_kernel holds unchanged (items
 // are taken in order; a block holds its current item and one later one).
-template <int NMAX>
-__global__ void __launch_bounds__(MOE_THREADS, 2) moe_wg_kernel(moe_params p)
+template <int NMAX, int AS>
+__global__ void __launch_bounds__(MOE_WG_THREADS, 1) moe_wg_kernel(moe_params p)
 {
     extern __shared__ uint4 moe_wg_smem[];
     __shared__ int s_item[2];
     __shared__ long long s_row[NMAX];
     // The swizzle atoms must be 1024-aligned in the shared window.
-    char *ring = (char *)moe_wg_smem;
-    ring += (1024 - ((uint32_t)__cvta_generic_to_shared(ring) & 1023)) & 1023;
+    char *abuf = (char *)moe_wg_smem;
+    abuf += (1024 - ((uint32_t)__cvta_generic_to_shared(abuf) & 1023)) & 1023;
+    char *ring = abuf + (AS ? 2 * MOE_WG_ABUF : 0);  // [A buffers (AS)] [ring]
     griddep_wait();
     const int n_tiles = *p.n_tiles;
-    const int rb_gu = p.inter / 16 / MOE_WARPS, rb_dn = p.hidden / 32 / MOE_WARPS;
+    const int rb_gu = p.inter / 16 / MOE_WG_WARPS, rb_dn = p.hidden / 32 / MOE_WG_WARPS;
     const long long n_ktiles = (long long)p.tokens * p.hidden / 64;
     const int n_z = (int)((p.zero_elems + MOE_ZERO_CHUNK - 1) / MOE_ZERO_CHUNK);
     const int n_pre = n_z + (int)((n_ktiles + MOE_WG_PERM_KTILES - 1) / MOE_WG_PERM_KTILES);
@@ -295,7 +339,7 @@ __global__ void __launch_bounds__(MOE_THREADS, 2) moe_wg_kernel(moe_params p)
         if (item < n_pre) {
             if (item < n_z) {
                 const size_t base = (size_t)item * MOE_ZERO_CHUNK;
-                for (int i = threadIdx.x * 4; i < MOE_ZERO_CHUNK; i += MOE_THREADS * 4)
+                for (int i = threadIdx.x * 4; i < MOE_ZERO_CHUNK; i += MOE_WG_THREADS * 4)
                     if (base + i < p.zero_elems) *(float4 *)(p.out + base + i) = make_float4(0, 0, 0, 0);
             } else {
                 moe_wg_permute(p, (long long)(item - n_z) * MOE_WG_PERM_KTILES, n_ktiles);
@@ -325,9 +369,9 @@ __global__ void __launch_bounds__(MOE_THREADS, 2) moe_wg_kernel(moe_params p)
         }
         __syncthreads();
         if (dn) {
-            moe_wg_dispatch<true>(p, ring, s_row, tl, rb);
+            moe_wg_dispatch<true, AS>(p, ring, abuf, s_row, tl, rb);
         } else {
-            moe_wg_dispatch<false>(p, ring, s_row, tl, rb);
+            moe_wg_dispatch<false, AS>(p, ring, abuf, s_row, tl, rb);
             if (threadIdx.x == 0) add_release(p.done + ti, 1);
         }
     }
@@ -335,9 +379,9 @@ __global__ void __launch_bounds__(MOE_THREADS, 2) moe_wg_kernel(moe_params p)
 
 // ---- launcher ------------------------------------------------------------------------------
 
-size_t moe_wg_dyn_smem(int nmax) { return nb_moe_wg_smem_bytes(nmax) + 1024; }
+size_t moe_wg_dyn_smem(int nmax, int a_smem) { return nb_moe_wg_smem_bytes(nmax, a_smem) + 1024; }
 
-template <int NMAX>
+template <int NMAX, int AS>
 static nb_status moe_launch_wg_t(const moe_params &p, int sms, cudaStream_t st)
 {
     static int per_sm = 0, optin = 0, major = 0, minor = 0;
@@ -351,8 +395,8 @@ static nb_status moe_launch_wg_t(const moe_params &p, int sms, cudaStream_t st)
     if (major != 9 || minor != 0)
         return nb_error(NB_ERR_UNSUPPORTED, "moe: the wgmma kernel needs an sm_90 device (H100/H200), this is sm_%d%d",
                         major, minor);
-    const size_t dyn = moe_wg_dyn_smem(NMAX);
-    const size_t smem = nb_moe_wg_smem_total(NMAX);  // = dyn + s_row + s_item
+    const size_t dyn = moe_wg_dyn_smem(NMAX, AS);
+    const size_t smem = nb_moe_wg_smem_total(NMAX, AS);  // = dyn + s_row + s_item
     NB_ASSERT(smem == dyn + sizeof(long long) * NMAX + 2 * sizeof(int));
     if (smem > (size_t)optin)
         return nb_error(NB_ERR_UNSUPPORTED,
@@ -360,13 +404,13 @@ static nb_status moe_launch_wg_t(const moe_params &p, int sms, cudaStream_t st)
                         "per block",
                         NMAX, smem, optin);
     if (!per_sm) {
-        NB_CUDA_TRY(cudaFuncSetAttribute(moe_wg_kernel<NMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn));
-        NB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_wg_kernel<NMAX>, MOE_THREADS, dyn));
+        NB_CUDA_TRY(cudaFuncSetAttribute(moe_wg_kernel<NMAX, AS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn));
+        NB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_wg_kernel<NMAX, AS>, MOE_WG_THREADS, dyn));
         if (per_sm < 1) return nb_error(NB_ERR_CUDA, "moe: wgmma kernel<%d> cannot be resident", NMAX);
     }
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)(sms * per_sm));
-    cfg.blockDim = dim3(MOE_THREADS);
+    cfg.blockDim = dim3(MOE_WG_THREADS);
     cfg.dynamicSmemBytes = dyn;
     cfg.stream = st;
     cudaLaunchAttribute at[1] = {};
@@ -374,7 +418,7 @@ static nb_status moe_launch_wg_t(const moe_params &p, int sms, cudaStream_t st)
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = 1;
-    NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, moe_wg_kernel<NMAX>, p));
+    NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, moe_wg_kernel<NMAX, AS>, p));
     return NB_OK;
 }
 
@@ -382,5 +426,9 @@ nb_status moe_launch_wg(const moe_params &p, int nmax, int sms, cudaStream_t st)
 {
     if (nmax != NB_MOE_WG_TILE)
         return nb_error(NB_ERR_INVALID_ARG, "moe: wgmma tiles of %d tokens (built for %d)", nmax, NB_MOE_WG_TILE);
-    return moe_launch_wg_t<NB_MOE_WG_TILE>(p, sms, st);
+    // Where wgmma reads the expanded weights: registers (default), or shared memory with
+    // NIBBLE_MOE_WG_A=smem (A/B runs; measured slower on the H200, docs/moe-kernels.md).
+    const char *env = getenv("NIBBLE_MOE_WG_A");
+    if (env && !strcmp(env, "smem")) return moe_launch_wg_t<NB_MOE_WG_TILE, 1>(p, sms, st);
+    return moe_launch_wg_t<NB_MOE_WG_TILE, 0>(p, sms, st);
 }

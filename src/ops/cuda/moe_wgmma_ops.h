@@ -1,10 +1,10 @@
-// wgmma.mma_async m64nNk16 (BF16 x BF16 -> F32) with A from registers and B from shared
-// memory, one wrapper per token-tile width N = 16..128 (the kernel uses 16..64) (ops/cuda/moe_wgmma.cu picks the
-// narrowest that covers a tile). Written out per N because the accumulator list is part of
-// the instruction; the pattern is the same for every N: N/2 accumulators "+f", then the
-// four A registers, B's shared-memory descriptor and the scale-d flag (always 1 here: the
-// caller zeroes D first). Device code: include from .cu files only.
-// Exercised by tests/cuda_moe/test_moe.c (kernel "wgmma").
+// wgmma.mma_async m64nNk16 (BF16 x BF16 -> F32), B from shared memory, A from registers
+// (moe_wg_mma, N = 16..128) or from shared memory too (moe_wg_mma_ss, N = 16..64); the MoE
+// wgmma kernel (ops/cuda/moe_wgmma.cu) picks the narrowest N that covers a token tile.
+// Written out per N because the accumulator list is part of the instruction; the pattern
+// is the same for every N: N/2 accumulators "+f", then the A registers or descriptor, B's
+// descriptor and the scale-d flag (always 1 here: the caller zeroes D first). Device code:
+// include from .cu files only. Exercised by tests/cuda_moe/test_moe.c (kernel "wgmma").
 #ifndef NB_OPS_CUDA_MOE_WGMMA_OPS_H
 #define NB_OPS_CUDA_MOE_WGMMA_OPS_H
 
@@ -135,6 +135,60 @@ struct moe_wg_mma<128> {
                        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
                        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
                      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
+    }
+};
+
+// The same with A from shared memory too (descriptor, K-major, no transpose).
+template <int N>
+struct moe_wg_mma_ss;
+template <>
+struct moe_wg_mma_ss<16> {
+    static __device__ __forceinline__ void run(float (&d)[8], uint64_t adesc, uint64_t bdesc)
+    {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7}, "
+                     "%8, %9, p, 1, 1, 0, 0;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+                     : "l"(adesc), "l"(bdesc), "r"(1));
+    }
+};
+template <>
+struct moe_wg_mma_ss<32> {
+    static __device__ __forceinline__ void run(float (&d)[16], uint64_t adesc, uint64_t bdesc)
+    {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, "
+                     "%16, %17, p, 1, 1, 0, 0;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                     : "l"(adesc), "l"(bdesc), "r"(1));
+    }
+};
+template <>
+struct moe_wg_mma_ss<48> {
+    static __device__ __forceinline__ void run(float (&d)[24], uint64_t adesc, uint64_t bdesc)
+    {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %26, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23}, "
+                     "%24, %25, p, 1, 1, 0, 0;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+                     : "l"(adesc), "l"(bdesc), "r"(1));
+    }
+};
+template <>
+struct moe_wg_mma_ss<64> {
+    static __device__ __forceinline__ void run(float (&d)[32], uint64_t adesc, uint64_t bdesc)
+    {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
+                     "%32, %33, p, 1, 1, 0, 0;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                     : "l"(adesc), "l"(bdesc), "r"(1));
     }
 };
 #endif
