@@ -23,20 +23,27 @@ for b in test_cuda_vs_cpu_mla_timing mla_timing_old; do
   echo "== $b"; grep -E "mla time|check|FAIL|ok$" "$OUT/$b.log" | cut -c1-160
 done
 if [ "${GOLDEN:-1}" = 1 ]; then
-  env LD_LIBRARY_PATH="$L" NIBBLE_BIN=$D/nibble timeout 240 python3 tests/cuda_ops/cuda_golden_check.py >"$OUT/golden.log" 2>&1 || rc=1
+  env LD_LIBRARY_PATH="$L" NIBBLE_BIN=$D/nibble timeout 240 python3 tests/cuda_ops/cuda_golden_check.py \
+    >"$OUT/golden.log" 2>&1 || rc=1
   tail -12 "$OUT/golden.log"
   # the same with every linear layer on the float32 GEMV: separates MLA's error from the
   # BF16 linear path's
   if [ "${GOLDEN_GEMV:-1}" = 1 ]; then
     echo "== golden, NIBBLE_CUDA_LINEAR=gemv"
-    env LD_LIBRARY_PATH="$L" NIBBLE_CUDA_LINEAR=gemv NIBBLE_BIN=$D/nibble timeout 240 python3 tests/cuda_ops/cuda_golden_check.py 2>&1 | grep glm_moe_dsa
+    env LD_LIBRARY_PATH="$L" NIBBLE_CUDA_LINEAR=gemv NIBBLE_BIN=$D/nibble timeout 240 \
+      python3 tests/cuda_ops/cuda_golden_check.py 2>&1 | grep glm_moe_dsa
   fi
 fi
 if [ "${TINY:-1}" = 1 ]; then
   for b in cpu cuda; do
-    env LD_LIBRARY_PATH="$L" timeout 120 $D/nibble generate --model synthetic:glm5-tiny --ids 1,2,3,4,5,6,7,8 --max-tokens 24 \
-      --temperature 0 --ignore-eos --print-ids --backend $b 2>"$OUT/tiny_$b.err" | tail -1 >"$OUT/tiny_$b.ids"
+    env LD_LIBRARY_PATH="$L" timeout 120 $D/nibble generate --model synthetic:glm5-tiny --ids 1,2,3,4,5,6,7,8 \
+      --max-tokens 24 --temperature 0 --ignore-eos --print-ids --backend $b 2>"$OUT/tiny_$b.err" | tail -1 \
+      >"$OUT/tiny_$b.ids"
   done
-  cmp -s "$OUT/tiny_cpu.ids" "$OUT/tiny_cuda.ids" && echo "glm5-tiny greedy: cpu == cuda" || { echo "glm5-tiny greedy differs"; cat "$OUT"/tiny_*.ids; tail -3 "$OUT/tiny_cuda.err"; }
+  if cmp -s "$OUT/tiny_cpu.ids" "$OUT/tiny_cuda.ids"; then
+    echo "glm5-tiny greedy: cpu == cuda"
+  else
+    echo "glm5-tiny greedy differs"; cat "$OUT"/tiny_*.ids; tail -3 "$OUT/tiny_cuda.err"; rc=1
+  fi
 fi
 exit $rc

@@ -420,7 +420,8 @@ static void mla_case_ex(nb_mla_mode mode, int sparse, nb_wfmt kvfmt, nb_mla_dims
     tu_fill(q, qn, 1.0f);
     float *dpool = tu_up(pool, (size_t)rows * rw * 4);
     nb_tensor hq = nb_tensor_3d(q, F32, T, d.n_heads, qk), ho = nb_tensor_3d(o, F32, T, d.n_heads, d.v_dim);
-    nb_tensor hl = nb_tensor_2d(pool, F32, rows, d.kv_lora_rank), hp = nb_tensor_2d(pool + d.kv_lora_rank, F32, rows, d.qk_rope);
+    nb_tensor hl = nb_tensor_2d(pool, F32, rows, d.kv_lora_rank);
+    nb_tensor hp = nb_tensor_2d(pool + d.kv_lora_rank, F32, rows, d.qk_rope);
     hl.stride[0] = hp.stride[0] = rw;
     nb_tensor dq = tu_twin(&hq), dl = hl, dp = hp, dout = ho;
     dl.data = dpool;
@@ -439,8 +440,9 @@ static void mla_case_ex(nb_mla_mode mode, int sparse, nb_wfmt kvfmt, nb_mla_dims
     NB_CHECK_OK(nb_op_mla_attention(tu_gpu, mode, &d, &dq, &dl, &dp, &kvb.d, &ix.d, sparse ? &ds : NULL, 0.07f, &dout));
     tu_down(&dout, ob);
     char name[128];
-    snprintf(name, sizeof name, "mla %s%s kv_b %s%s, %d heads, rank %d, T=%d", mode == NB_MLA_NAIVE ? "naive" : "absorbed",
-             sparse ? " sparse" : "", tu_fmt_name(kvfmt), reg ? " (registered)" : "", d.n_heads, d.kv_lora_rank, T);
+    snprintf(name, sizeof name, "mla %s%s kv_b %s%s, %d heads, rank %d, T=%d",
+             mode == NB_MLA_NAIVE ? "naive" : "absorbed", sparse ? " sparse" : "", tu_fmt_name(kvfmt),
+             reg ? " (registered)" : "", d.n_heads, d.kv_lora_rank, T);
     const int bf16_gemm = kvfmt == NB_WFMT_BF16 || kvfmt == NB_WFMT_NVFP4;
     tu_compare(name, o, ob, on, bf16_gemm ? NB_TOL_LT_BF16W : NB_TOL_F32);
     /* registered forms are keyed by the weight's address, which tu_free_all hands back */

@@ -49,7 +49,8 @@ static void time_batch(int B, int ctx, nb_wfmt fmt)
     nb_attn_index di = {B, tu_up(pos, (size_t)B * 4), tu_up(base, (size_t)B * 4), tu_up(table, (size_t)rows * 4)};
     float *dpool = tu_up(pool, (size_t)rows * rw * 4);
     nb_tensor hq = nb_tensor_3d(q, F32, B, d.n_heads, qk), dq = tu_twin(&hq);
-    nb_tensor hl = nb_tensor_2d(pool, F32, rows, d.kv_lora_rank), hp = nb_tensor_2d(pool + d.kv_lora_rank, F32, rows, d.qk_rope);
+    nb_tensor hl = nb_tensor_2d(pool, F32, rows, d.kv_lora_rank);
+    nb_tensor hp = nb_tensor_2d(pool + d.kv_lora_rank, F32, rows, d.qk_rope);
     hl.stride[0] = hp.stride[0] = rw;
     nb_tensor dl = hl, dp = hp;
     dl.data = dpool;
@@ -106,7 +107,9 @@ static void time_batch(int B, int ctx, nb_wfmt fmt)
     double bytes = (double)rows * rw * 4 + wbytes;
     double flops = 2.0 * B * d.n_heads * ((double)ctx * (rw + d.kv_lora_rank) +
                                           (double)d.kv_lora_rank * (d.qk_nope + d.v_dim));
-    fprintf(stderr, "    mla time B=%-5d ctx %d kv_b %s: %8.3f ms/call, graph %8.3f ms  (%.1f MB, %.2f GFLOP: %.0f GB/s, %.1f TFLOP/s in the graph)\n",
+    fprintf(stderr,
+            "    mla time B=%-5d ctx %d kv_b %s: %8.3f ms/call, graph %8.3f ms  "
+            "(%.1f MB, %.2f GFLOP: %.0f GB/s, %.1f TFLOP/s in the graph)\n",
             B, ctx, tu_fmt_name(fmt), ms, gms, bytes / 1e6, flops / 1e9, gms > 0 ? bytes / (gms * 1e-3) / 1e9 : 0.0,
             gms > 0 ? flops / (gms * 1e-3) / 1e12 : 0.0);
 #ifndef NB_MLA_TIMING_OLD

@@ -316,8 +316,9 @@ extern "C" nb_status nb_cuda_mla_attention(nb_ops_ctx *ctx, nb_mla_mode mode, co
     const int T = (int)q->shape[0], H = d->n_heads, r = d->kv_lora_rank, rope = d->qk_rope, nope = d->qk_nope,
               vd = d->v_dim;
     if (r > 4 * MLA_THREADS || r % 4 || rope % 4)
-        return nb_error(NB_ERR_UNSUPPORTED, "mla_attention: kv_lora_rank %d (max %d) and rope dim %d must be multiples of 4",
-                        r, 4 * MLA_THREADS, rope);
+        return nb_error(NB_ERR_UNSUPPORTED,
+                        "mla_attention: kv_lora_rank %d (max %d) and rope dim %d must be multiples of 4", r,
+                        4 * MLA_THREADS, rope);
     if (T == 0) return NB_OK;
     nb_cuda_state *cs = nb_cuda_st(ctx);
     const int D = r + rope, Dp = (D / 4) % 2 ? D : D + 4;
@@ -325,8 +326,9 @@ extern "C" nb_status nb_cuda_mla_attention(nb_ops_ctx *ctx, nb_mla_mode mode, co
     int max_smem = 0;
     cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, cs->device);
     if (smem > (size_t)max_smem)
-        return nb_error(NB_ERR_UNSUPPORTED, "mla_attention: latent %d + rope %d needs %zu bytes of shared memory (%d)", r,
-                        rope, smem, max_smem);
+        return nb_error(NB_ERR_UNSUPPORTED,
+                        "mla_attention: latent %d + rope %d needs %zu bytes of shared memory (%d)", r, rope, smem,
+                        max_smem);
     const int groups = (H + MLA_G - 1) / MLA_G, S = mla_splits(T, groups, cs->sm_count);
 
     // The weights: registered (resident) or prepared now into scratch slot 2.
@@ -357,8 +359,8 @@ extern "C" nb_status nb_cuda_mla_attention(nb_ops_ctx *ctx, nb_mla_mode mode, co
         NB_TRY(nb_cuda_mla_gemm(ctx, 1, 0, r, (int)T2, nope, wb, r, (int64_t)hs * r, qb, nope, T2 * nope, qlat, r,
                                 T2 * r, H, W.alpha));
     } else {
-        NB_TRY(nb_cuda_mla_gemm(ctx, 0, 0, r, T, nope, wb, r, (int64_t)hs * r, q->data, q->stride[0], q->stride[1], qlat,
-                                r, (int64_t)T * r, H, W.alpha));
+        NB_TRY(nb_cuda_mla_gemm(ctx, 0, 0, r, T, nope, wb, r, (int64_t)hs * r, q->data, q->stride[0], q->stride[1],
+                                qlat, r, (int64_t)T * r, H, W.alpha));
     }
 
     // 2. attention over the latent

@@ -141,7 +141,8 @@ extern "C" nb_status nb_cuda_mla_register(nb_ops_ctx *ctx, const nb_weight *kv_b
     NB_TRY(mla_state(ctx, &m));
     for (int i = 0; i < m->n; i++)
         if (m->w[i].key == kv_b->data) return NB_OK;
-    if (m->n == MLA_REG_MAX) return nb_error(NB_ERR_UNSUPPORTED, "mla register: more than %d kv_b weights", MLA_REG_MAX);
+    if (m->n == MLA_REG_MAX)
+        return nb_error(NB_ERR_UNSUPPORTED, "mla register: more than %d kv_b weights", MLA_REG_MAX);
     nb_cuda_mla_w e;
     NB_TRY(prepare(ctx, kv_b, NULL, 0, &e));
     m->w[m->n++] = e;
@@ -157,7 +158,8 @@ nb_status nb_cuda_mla_weights(nb_ops_ctx *ctx, const nb_weight *kv_b, int slot, 
             *out = m->w[i];
             return NB_OK;
         }
-    const int in_place = (kv_b->fmt == NB_WFMT_BF16 && dense_rows(kv_b, 2)) || (kv_b->fmt == NB_WFMT_F32 && dense_rows(kv_b, 4));
+    const int in_place =
+        (kv_b->fmt == NB_WFMT_BF16 && dense_rows(kv_b, 2)) || (kv_b->fmt == NB_WFMT_F32 && dense_rows(kv_b, 4));
     size_t cap = in_place ? 0 : (size_t)kv_b->n * (size_t)kv_b->k * 4;
     void *buf = in_place ? NULL : nb_cuda_scratch(ctx, slot, cap);
     if (!in_place && !buf) return NB_ERR_OUT_OF_MEMORY;
@@ -224,11 +226,16 @@ nb_status nb_cuda_mla_gemm(nb_ops_ctx *ctx, int bf16, int trans_a, int m_, int n
         int found = 0;
         size_t wsb = MLA_WORKSPACE;
         MLA_LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
-        MLA_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb));
-        MLA_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof aa));
-        MLA_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &alb, sizeof alb));
-        MLA_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof ac));
-        MLA_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof ac));
+        MLA_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
+                                                        sizeof wsb));
+        MLA_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa,
+                                                        sizeof aa));
+        MLA_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &alb,
+                                                        sizeof alb));
+        MLA_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac,
+                                                        sizeof ac));
+        MLA_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac,
+                                                        sizeof ac));
         MLA_LT_TRY(cublasLtMatmulAlgoGetHeuristic(m->lt, desc, la, lb, lc, lc, pref, 1, &res, &found));
         if (!found) {
             st = nb_error(NB_ERR_UNSUPPORTED, "mla gemm: cuBLASLt has no algorithm for %s m=%d n=%d k=%d batch %d",
