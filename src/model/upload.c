@@ -274,6 +274,12 @@ static nb_status upload(const nb_model *host, const struct nb_synth_deferred *pl
     if (nb_ops_ctx_device(ctx) == NB_DEVICE_CUDA && !(mode && !strcmp(mode, "generic"))) {
         const nb_model_config *c = &m->cfg;
         int reg = 0, moe = 0;
+        /* The repack runs on the device from the copies just made (a fraction of a second for
+         * GLM-5's 256 experts of a layer, where the single-threaded host repack takes minutes);
+         * NIBBLE_MOE_REPACK=host keeps the host one for A/B runs, except for deferred synthetic
+         * models, whose experts never exist on the host. */
+        const char *rp = getenv("NIBBLE_MOE_REPACK");
+        int host_repack = !plan && rp && !strcmp(rp, "host");
         for (int l = 0; l < c->num_layers; l++) {
             if (!m->layers[l].is_moe) continue;
             moe++;
@@ -281,7 +287,7 @@ static nb_status upload(const nb_model *host, const struct nb_synth_deferred *pl
                                  host->layers[l].exp_up, host->layers[l].exp_down};
             nb_moe_weights dw = {c->n_routed_experts, c->hidden_size, c->moe_intermediate_size, m->layers[l].exp_gate,
                                  m->layers[l].exp_up, m->layers[l].exp_down};
-            nb_status rs = nb_cuda_moe_register(ctx, &dw, plan ? NULL : &hw); /* NULL: repack on the device */
+            nb_status rs = nb_cuda_moe_register(ctx, &dw, host_repack ? &hw : NULL); /* NULL: on the device */
             if (rs == NB_OK) reg++;
             else if (rs != NB_ERR_UNSUPPORTED) {
                 nb_model_upload_free(m);
@@ -289,7 +295,7 @@ static nb_status upload(const nb_model *host, const struct nb_synth_deferred *pl
             }
         }
         if (moe) NB_LOG_INFO("cuda", "routed experts: %d of %d MoE layers on the repacked NVFP4 kernels (repacked on "
-                             "the %s in %.2f s)%s", reg, moe, plan ? "device" : "host",
+                             "the %s in %.2f s)%s", reg, moe, host_repack ? "host" : "device",
                              (double)(nb_now_ns() - t0) / 1e9 - secs,
                              reg < moe ? " (the others on the generic float32 kernels)" : "");
     }

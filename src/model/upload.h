@@ -3,7 +3,8 @@
  * with a progress bar; every nb_weight, norm vector and bias of the twin points into that
  * copy, and its ops context is `ctx`, so nb_forward runs the same recipe on the device.
  * NVFP4 routed experts whose shapes tile are also registered in their repacked form for the
- * MoE kernels (ops/cuda/cuda_ops.h), unless NIBBLE_CUDA_MOE=generic. Synthetic models
+ * MoE kernels (ops/cuda/cuda_ops.h; repacked on the device from the uploaded copies, or on the
+ * host with NIBBLE_MOE_REPACK=host), unless NIBBLE_CUDA_MOE=generic. Synthetic models
  * can skip the host copy altogether (nb_model_upload_deferred).
  * Exercised by the CUDA runner (engine/cuda_runner.c), nibble score --backend cuda and
  * tests/cuda_ops/test_cuda_forward.c. */

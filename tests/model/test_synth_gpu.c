@@ -4,9 +4,10 @@
  *           generated on the device, downloaded and compared byte for byte with the host
  *           build; plus odd lengths at unaligned device addresses for every stream kind
  *   repack: the device repack against nb_moe_repack_nvfp4 on random codes, strided rows
- *   load:   nb_cuda_model_load of a deferred model vs the host-generated upload
- *           (NIBBLE_SYNTHETIC_ON_HOST=1): both register repacked experts, the same device
- *           weight bytes, and the same logits for a prefill of 8 tokens
+ *   load:   nb_cuda_model_load of a deferred model (device fill, device repack) vs the
+ *           host-generated upload with the host repack (NIBBLE_SYNTHETIC_ON_HOST=1,
+ *           NIBBLE_MOE_REPACK=host): both register repacked experts, the same device weight
+ *           bytes, and the same logits for a prefill of 8 tokens
  * Label gpu: exits 77 without a GPU. Run: build-y/tests/test_synth_gpu */
 #include <math.h>
 #include <stdlib.h>
@@ -170,10 +171,15 @@ typedef struct loaded {
 static int load(const char *spec, int on_host, loaded *L)
 {
     memset(L, 0, sizeof *L);
-    if (on_host) setenv("NIBBLE_SYNTHETIC_ON_HOST", "1", 1);
-    else unsetenv("NIBBLE_SYNTHETIC_ON_HOST");
+    if (on_host) { /* the host generator, upload and host repack: the reference */
+        setenv("NIBBLE_SYNTHETIC_ON_HOST", "1", 1);
+        setenv("NIBBLE_MOE_REPACK", "host", 1);
+    } else {
+        unsetenv("NIBBLE_SYNTHETIC_ON_HOST");
+    }
     nb_status st = nb_cuda_model_load(spec, 0, &L->host, &L->dev, &L->cfg, &L->ck, &L->owns);
     unsetenv("NIBBLE_SYNTHETIC_ON_HOST");
+    unsetenv("NIBBLE_MOE_REPACK");
     NB_CHECK_MSG(st == NB_OK, "%s (on_host %d): %s", spec, on_host, nb_last_error());
     return st == NB_OK;
 }
