@@ -7,9 +7,11 @@
 #   cmake -S . -B build-moe -DCMAKE_BUILD_TYPE=Release && cmake --build build-moe -j2 \
 #     --target nibble test_cuda_moe && scripts/device-libs.sh
 #   carry: build-moe/nibble build-moe/tests/test_cuda_moe build-moe/tests/cuda_moe .devlibs.tar.xz
-# or, when the whole tree does not build, scripts/moe-standalone-build.sh (carry
-# build-moe/standalone: no Debian libraries needed). Then:
+# or, when the whole tree does not build, scripts/moe-standalone-build.sh [DIR] (carry
+# DIR, default build-moe/standalone: no Debian libraries needed; MOE_BIN=DIR here). Then:
 #   run: STEPS="test bench gemm torch" bash scripts/device-moe.sh
+# A/B switches read by the kernels: NIBBLE_MOE_KERNEL=stream|mma|wgmma, NIBBLE_MOE_KSPLIT,
+# NIBBLE_MOE_WG_A=smem (wgmma reading the expanded weights from shared memory).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/moe-out}
@@ -20,8 +22,8 @@ TOKENS=${TOKENS:-1,2,10,64,256,1024,2048}
 export LD_LIBRARY_PATH="$PWD/.devlibs:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 # CTest files name absolute paths of the machine that configured them (/work/main here).
 [ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
-BIN=build-moe/standalone
-[ -x build-moe/nibble ] && build-moe/nibble version >/dev/null 2>&1 && BIN=build-moe
+BIN=${MOE_BIN:-build-moe/standalone}
+[ -z "${MOE_BIN:-}" ] && [ -x build-moe/nibble ] && build-moe/nibble version >/dev/null 2>&1 && BIN=build-moe
 echo "binaries: $BIN" | tee "$OUT/binaries.txt"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw --format=csv | tee "$OUT/gpu.txt"
 rc=0
