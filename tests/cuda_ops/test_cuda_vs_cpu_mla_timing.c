@@ -16,8 +16,68 @@
 #include "ops/cpu/cpu_ops.h" /* the context's stream, for the graph replay */
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/device.h"
+#ifndef NB_MLA_TIMING_OLD
+#include "ops/cuda/mla.h"
+#endif
 
 #define F32 NB_DTYPE_F32
+
+/* One enqueue to time: the whole op, or (after the rewrite) its two absorption GEMMs alone
+ * on buffers of the op's shapes and layouts. */
+typedef struct mla_call {
+    int gemms_only;
+    const nb_mla_dims *d;
+    const nb_tensor *q, *lat, *kpe;
+    nb_tensor *out;
+    const nb_weight *kv_b;
+    const nb_attn_index *idx;
+    float scale;
+    int T;
+    void *qb, *ob; /* BF16 [H][2T][nope], [H][2T][rank] */
+    float *ql, *o2; /* F32 [H][2T][rank], [H][2T][v] */
+} mla_call;
+
+static nb_status enqueue(const mla_call *c)
+{
+    if (!c->gemms_only)
+        return nb_op_mla_attention(tu_gpu, NB_MLA_ABSORBED, c->d, c->q, c->lat, c->kpe, c->kv_b, c->idx, NULL, c->scale,
+                                   c->out);
+#ifdef NB_MLA_TIMING_OLD
+    return NB_ERR_UNSUPPORTED;
+#else
+    const int r = c->d->kv_lora_rank, nope = c->d->qk_nope, vd = c->d->v_dim, H = c->d->n_heads, T2 = 2 * c->T;
+    const int64_t hs = nope + vd;
+    NB_TRY(nb_cuda_mla_gemm(tu_gpu, 1, 0, r, T2, nope, c->kv_b->data, r, hs * r, c->qb, nope, (int64_t)T2 * nope, c->ql,
+                            r, (int64_t)T2 * r, H, 1.0f));
+    const uint16_t *w_uv = (const uint16_t *)c->kv_b->data + (int64_t)nope * r;
+    return nb_cuda_mla_gemm(tu_gpu, 1, 1, vd, T2, r, w_uv, r, hs * r, c->ob, r, (int64_t)T2 * r, c->o2, vd,
+                            (int64_t)T2 * vd, H, 1.0f);
+#endif
+}
+
+/* ms per replay of the call captured once as a CUDA graph; -1 when it cannot be captured */
+static double graph_ms(const mla_call *c, int iters)
+{
+    double gms = -1;
+    cudaStream_t st = (cudaStream_t)tu_gpu->stream;
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    if (cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+        nb_status cs = enqueue(c);
+        cudaError_t ce = cudaStreamEndCapture(st, &graph);
+        if (cs == NB_OK && ce == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
+            cudaGraphLaunch(exec, st);
+            cudaStreamSynchronize(st);
+            int64_t g0 = nb_now_ns();
+            for (int i = 0; i < iters; i++) cudaGraphLaunch(exec, st);
+            if (cudaStreamSynchronize(st) == cudaSuccess) gms = (double)(nb_now_ns() - g0) / 1e6 / iters;
+        }
+        cudaGetLastError();
+    }
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+    return gms;
+}
 
 static void time_batch(int B, int ctx, nb_wfmt fmt)
 {
@@ -83,24 +143,8 @@ static void time_batch(int B, int ctx, nb_wfmt fmt)
     NB_CHECK_OK(nb_ops_sync(tu_gpu));
     double ms = (double)(nb_now_ns() - t0) / 1e6 / iters;
     /* the same call captured once and replayed */
-    double gms = -1;
-    cudaStream_t st = (cudaStream_t)tu_gpu->stream;
-    cudaGraph_t graph = NULL;
-    cudaGraphExec_t exec = NULL;
-    if (cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
-        nb_status cs = nb_op_mla_attention(tu_gpu, NB_MLA_ABSORBED, &d, &dq, &dl, &dp, &kvb.d, &di, NULL, scale, &dout);
-        cudaError_t ce = cudaStreamEndCapture(st, &graph);
-        if (cs == NB_OK && ce == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
-            cudaGraphLaunch(exec, st);
-            cudaStreamSynchronize(st);
-            int64_t g0 = nb_now_ns();
-            for (int i = 0; i < iters; i++) cudaGraphLaunch(exec, st);
-            if (cudaStreamSynchronize(st) == cudaSuccess) gms = (double)(nb_now_ns() - g0) / 1e6 / iters;
-        }
-        cudaGetLastError();
-    }
-    if (exec) cudaGraphExecDestroy(exec);
-    if (graph) cudaGraphDestroy(graph);
+    mla_call call = {0, &d, &dq, &dl, &dp, &dout, &kvb.d, &di, scale, B, NULL, NULL, NULL, NULL};
+    const double gms = graph_ms(&call, iters);
     /* what one call must at least move and compute: the latent rows (F32 pool) and kv_b once;
      * scores over [latent | rope] and the weighted sum, plus the two absorption GEMMs */
     double wbytes = (double)kvb.h.n * nb_weight_row_bytes(fmt, kvb.h.k);
@@ -113,6 +157,18 @@ static void time_batch(int B, int ctx, nb_wfmt fmt)
             B, ctx, tu_fmt_name(fmt), ms, gms, bytes / 1e6, flops / 1e9, gms > 0 ? bytes / (gms * 1e-3) / 1e9 : 0.0,
             gms > 0 ? flops / (gms * 1e-3) / 1e12 : 0.0);
 #ifndef NB_MLA_TIMING_OLD
+    /* the two absorption GEMMs alone: the rest of the graph time is the attention kernel,
+     * the split merge and the BF16 split / sum kernels */
+    const int64_t T2 = 2 * (int64_t)B;
+    call.gemms_only = 1;
+    call.qb = tu_poisoned((size_t)(d.n_heads * T2 * d.qk_nope * 2));
+    call.ob = tu_poisoned((size_t)(d.n_heads * T2 * d.kv_lora_rank * 2));
+    call.ql = tu_poisoned((size_t)(d.n_heads * T2 * d.kv_lora_rank * 4));
+    call.o2 = tu_poisoned((size_t)(d.n_heads * T2 * d.v_dim * 4));
+    NB_CHECK_OK(nb_ops_memset(tu_gpu, call.qb, 0, (size_t)(d.n_heads * T2 * d.qk_nope * 2)));
+    NB_CHECK_OK(nb_ops_memset(tu_gpu, call.ob, 0, (size_t)(d.n_heads * T2 * d.kv_lora_rank * 2)));
+    const double gemm_ms = graph_ms(&call, iters);
+    fprintf(stderr, "    mla time B=%-5d of which the two batched GEMMs alone: %8.3f ms (graph)\n", B, gemm_ms);
     nb_cuda_mla_release(tu_gpu);
 #endif
     free(pool), free(q), free(pos), free(base), free(table), free(perm), free(o), free(ob);
