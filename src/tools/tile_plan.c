@@ -66,7 +66,7 @@ nb_status nb_tile_print_table(FILE *f, int sm)
 
     /* nibble's MoE kernels: no staged main loop (operands go global -> registers); shared
      * memory holds the split-K partial sums only. m = weight rows, n = tokens per tile. */
-    fprintf(f, "nibble MoE kernels (ops/cuda/moe_ffn.cu)\n");
+    fprintf(f, "nibble MoE kernels (ops/cuda/moe_ffn.cu, moe_wgmma.cu)\n");
     const int ntv[4] = {1, 2, NB_MOE_NT_MMA, 2 * NB_MOE_NT_MMA};
     const char *names[4] = {"moe stream (8 tokens)", "moe stream (16 tokens)", "moe mma (32 tokens)",
                             "moe mma (64 tokens)"};
