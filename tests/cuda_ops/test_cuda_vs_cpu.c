@@ -7,6 +7,7 @@
 #include "cuda_test_util.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/device.h"
+#include "ops/cuda/mla.h"
 #include "ops/cuda/linear.h"
 
 #define F32 NB_DTYPE_F32
@@ -475,6 +476,11 @@ static void test_mla(void)
     mla_case_ex(NB_MLA_ABSORBED, 1, NB_WFMT_FP8_BLOCK, glm5, 0, 1);
     mla_case_ex(NB_MLA_ABSORBED, 0, NB_WFMT_BF16, tiny, 1, 0); /* the fixtures' shapes */
     mla_case_ex(NB_MLA_ABSORBED, 0, NB_WFMT_F32, glm5, 1, 0);  /* GLM-5's shapes, 141 tokens */
+    /* the op in token tiles of 50 (as a long prefill runs): 141 tokens in three passes */
+    nb_cuda_mla_force_token_tile(50);
+    mla_case_ex(NB_MLA_ABSORBED, 1, NB_WFMT_NVFP4, d8, 1, 1);
+    mla_case_ex(NB_MLA_ABSORBED, 0, NB_WFMT_F32, glm5, 1, 0);
+    nb_cuda_mla_force_token_tile(0);
 }
 
 /* Host recomputation of a DSA score in double, to judge a disagreement as a near-tie. */

@@ -302,38 +302,20 @@ static size_t carve(size_t *off, size_t bytes)
     return at;
 }
 
-extern "C" nb_status nb_cuda_mla_attention(nb_ops_ctx *ctx, nb_mla_mode mode, const nb_mla_dims *d,
-                                           const nb_tensor *q, const nb_tensor *latent_pool, const nb_tensor *kpe_pool,
-                                           const nb_weight *kv_b, const nb_attn_index *idx, const nb_attn_select *sel,
-                                           float scale, nb_tensor *out)
+static int g_token_tile; /* nb_cuda_mla_force_token_tile; 0: NB_CUDA_MLA_TOKEN_TILE */
+
+extern "C" void nb_cuda_mla_force_token_tile(int tokens) { g_token_tile = tokens > 0 ? tokens : 0; }
+
+// The three steps for T tokens (views already offset to the tile).
+static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_mla_w *Wp, const nb_tensor *q,
+                          const nb_tensor *latent_pool, const nb_tensor *kpe_pool, const nb_attn_index *idx,
+                          const nb_attn_select *sel, float scale, nb_tensor *out, int Dp, size_t smem, int max_smem)
 {
-    NB_TRY(nb_cuda_check_f32("mla_attention", "q", q, 3));
-    NB_TRY(nb_cuda_check_f32("mla_attention", "latent_pool", latent_pool, 2));
-    NB_TRY(nb_cuda_check_f32("mla_attention", "kpe_pool", kpe_pool, 2));
-    NB_TRY(nb_cuda_check_f32("mla_attention", "out", out, 3));
-    NB_TRY(nb_cuda_check_weight("mla_attention kv_b", kv_b));
-    (void)mode; /* both forms run the absorbed path: the same function (ops.h) */
+    nb_cuda_state *cs = nb_cuda_st(ctx);
+    const nb_cuda_mla_w W = *Wp;
     const int T = (int)q->shape[0], H = d->n_heads, r = d->kv_lora_rank, rope = d->qk_rope, nope = d->qk_nope,
               vd = d->v_dim;
-    if (r > 4 * MLA_THREADS || r % 4 || rope % 4)
-        return nb_error(NB_ERR_UNSUPPORTED,
-                        "mla_attention: kv_lora_rank %d (max %d) and rope dim %d must be multiples of 4", r,
-                        4 * MLA_THREADS, rope);
-    if (T == 0) return NB_OK;
-    nb_cuda_state *cs = nb_cuda_st(ctx);
-    const int D = r + rope, Dp = (D / 4) % 2 ? D : D + 4;
-    const size_t smem = ((size_t)(MLA_G + MLA_P) * Dp + MLA_P * MLA_G + 3 * MLA_G + MLA_P) * sizeof(float);
-    int max_smem = 0;
-    cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, cs->device);
-    if (smem > (size_t)max_smem)
-        return nb_error(NB_ERR_UNSUPPORTED,
-                        "mla_attention: latent %d + rope %d needs %zu bytes of shared memory (%d)", r, rope, smem,
-                        max_smem);
     const int groups = (H + MLA_G - 1) / MLA_G, S = mla_splits(T, groups, cs->sm_count);
-
-    // The weights: registered (resident) or prepared now into scratch slot 2.
-    nb_cuda_mla_w W;
-    NB_TRY(nb_cuda_mla_weights(ctx, kv_b, 2, &W));
     const int two = W.bf16 ? 2 : 1, hs = nope + vd;
     const int64_t T2 = (int64_t)two * T;
 
@@ -411,6 +393,59 @@ extern "C" nb_status nb_cuda_mla_attention(nb_ops_ctx *ctx, nb_mla_mode mode, co
     } else {
         NB_TRY(nb_cuda_mla_gemm(ctx, 0, 1, vd, T, r, wuv, r, (int64_t)hs * r, a.o32, r, (int64_t)T * r,
                                 (float *)out->data, out->stride[0], out->stride[1], H, W.alpha));
+    }
+    return NB_OK;
+}
+
+extern "C" nb_status nb_cuda_mla_attention(nb_ops_ctx *ctx, nb_mla_mode mode, const nb_mla_dims *d,
+                                           const nb_tensor *q, const nb_tensor *latent_pool, const nb_tensor *kpe_pool,
+                                           const nb_weight *kv_b, const nb_attn_index *idx, const nb_attn_select *sel,
+                                           float scale, nb_tensor *out)
+{
+    NB_TRY(nb_cuda_check_f32("mla_attention", "q", q, 3));
+    NB_TRY(nb_cuda_check_f32("mla_attention", "latent_pool", latent_pool, 2));
+    NB_TRY(nb_cuda_check_f32("mla_attention", "kpe_pool", kpe_pool, 2));
+    NB_TRY(nb_cuda_check_f32("mla_attention", "out", out, 3));
+    NB_TRY(nb_cuda_check_weight("mla_attention kv_b", kv_b));
+    (void)mode; /* both forms run the absorbed path: the same function (ops.h) */
+    const int T = (int)q->shape[0], r = d->kv_lora_rank, rope = d->qk_rope;
+    if (r > 4 * MLA_THREADS || r % 4 || rope % 4)
+        return nb_error(NB_ERR_UNSUPPORTED,
+                        "mla_attention: kv_lora_rank %d (max %d) and rope dim %d must be multiples of 4", r,
+                        4 * MLA_THREADS, rope);
+    if (T == 0) return NB_OK;
+    const int D = r + rope, Dp = (D / 4) % 2 ? D : D + 4;
+    const size_t smem = ((size_t)(MLA_G + MLA_P) * Dp + MLA_P * MLA_G + 3 * MLA_G + MLA_P) * sizeof(float);
+    int max_smem = 0;
+    cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, nb_cuda_st(ctx)->device);
+    if (smem > (size_t)max_smem)
+        return nb_error(NB_ERR_UNSUPPORTED,
+                        "mla_attention: latent %d + rope %d needs %zu bytes of shared memory (%d)", r, rope, smem,
+                        max_smem);
+    // The weights: registered (resident) or prepared now into scratch slot 2.
+    nb_cuda_mla_w W;
+    NB_TRY(nb_cuda_mla_weights(ctx, kv_b, 2, &W));
+    // Token tiles bound the per-head buffers (mla.h) for long prefills; every token's work is
+    // independent of the others'.
+    const int tile = g_token_tile ? g_token_tile : NB_CUDA_MLA_TOKEN_TILE;
+    for (int t0 = 0; t0 < T; t0 += tile) {
+        const int n = T - t0 < tile ? T - t0 : tile;
+        nb_tensor qv = *q, ov = *out;
+        qv.data = (float *)q->data + (int64_t)t0 * q->stride[0];
+        qv.shape[0] = n;
+        ov.data = (float *)out->data + (int64_t)t0 * out->stride[0];
+        ov.shape[0] = n;
+        nb_attn_index iv = *idx;
+        iv.n_tokens = n;
+        iv.pos += t0;
+        iv.slot_base += t0;
+        nb_attn_select sv;
+        if (sel) {
+            sv = *sel;
+            sv.pos += (int64_t)t0 * sel->stride;
+            sv.count += t0;
+        }
+        NB_TRY(mla_tile(ctx, d, &W, &qv, latent_pool, kpe_pool, &iv, sel ? &sv : NULL, scale, &ov, Dp, smem, max_smem));
     }
     return NB_OK;
 }
