@@ -525,6 +525,10 @@ static void dsa_case(int topk, int past)
     double worst_gap = 0;
     for (int i = 0; i < T; i++) {
         NB_CHECK_MSG(sc[i] == sc2[i], "token %d: count cpu %d cuda %d", i, sc[i], sc2[i]);
+        if (ix.pos[i] + 1 <= topk) /* every position, in order (ops.h), on both backends */
+            for (int j = 0; j < sc2[i]; j++)
+                NB_CHECK_MSG(sp[i * topk + j] == j && sp2[i * topk + j] == j, "token %d entry %d: cpu %d cuda %d", i, j,
+                             sp[i * topk + j], sp2[i * topk + j]);
         for (int j = 0; j < sc[i] && j < sc2[i]; j++) {
             if (sp[i * topk + j] == sp2[i * topk + j]) continue;
             const int32_t *slots = ix.slot_table + ix.slot_base[i];
