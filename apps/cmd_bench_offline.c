@@ -12,6 +12,9 @@
  * from the model's config, the step's batch and the context lengths its tokens attended.
  *   nibble bench-offline --model synthetic:glm5-tiny --num-prompts 64 --input-len 128
  *                        --output-len 32 [--json FILE] [--no-floor] [engine flags]
+ * --profile-ops N profiles N decode-only steps of each level (after skipping its first
+ * BO_PROFILE_SKIP) op by op (ops/profile.h; those steps run eagerly, without CUDA graphs) and
+ * prints where their time went (docs/bench.md "Per-op profile").
  * Results are recorded in bench/RESULTS.md. */
 #include <math.h>
 #include <pthread.h>
@@ -27,6 +30,7 @@
 #include "format/model_config.h"
 #include "model/synthetic.h"
 #include "nibble.h"
+#include "ops/profile.h"
 #if NIBBLE_HAVE_CUDA
 #include "tools/lab/moe_bench.h"
 #endif
@@ -34,6 +38,8 @@
 const char nb_cmd_bench_offline_summary[] = "offline throughput: N requests at once through the engine (SGLang's definitions)";
 
 #define BO_MAX_LEVELS 16
+/* decode-only steps of a level left alone before --profile-ops starts (first-use costs) */
+#define BO_PROFILE_SKIP 2
 
 /* ------------------------------------------------------------------ the floor */
 
@@ -216,11 +222,13 @@ static int usage(FILE *f)
     fprintf(f,
             "usage: nibble bench-offline --model M [--num-prompts N|N1,N2,.. (1000)] [--input-len I (1024)]\n"
             "                            [--output-len O (1024)] [--seed S] [--warmup N (0)] [--json FILE]\n"
-            "                            [--no-floor | --ceilings GBPS,TFLOPS] [engine flags]\n"
+            "                            [--no-floor | --ceilings GBPS,TFLOPS] [--profile-ops N] [engine flags]\n"
             "(--random-input-len / --random-output-len are accepted as SGLang spells them)\n"
             "A list of prompt counts runs one level per count on one loaded model. On --backend cuda\n"
             "each decode step is set against its floor (docs/bench.md); --no-floor skips that;\n"
-            "--ceilings gives the bandwidth and BF16 rate instead of measuring them (any backend).\n\n%s",
+            "--ceilings gives the bandwidth and BF16 rate instead of measuring them (any backend).\n"
+            "--profile-ops N: time every op of N decode-only steps per level (eagerly, no CUDA graphs)\n"
+            "and print where the step's time goes (docs/bench.md).\n\n%s",
             nb_cli_engine_usage);
     return f == stdout ? 0 : 2;
 }
@@ -237,6 +245,7 @@ typedef struct bo_level {
     /* every step: decode tokens, prefill tokens, attended positions (plain, DSA-capped),
      * step ms, forward ms, floor ms (0 without a floor or for steps with prefill) */
     double (*steps)[7];
+    nb_op_prof prof; /* --profile-ops */
 } bo_level;
 
 static void gen_prompts(int32_t *prompts, int64_t n, int seed, const nb_engine_info *info)
@@ -255,9 +264,72 @@ static void gen_prompts(int32_t *prompts, int64_t n, int seed, const nb_engine_i
     }
 }
 
+/* The --profile-ops table: per (op, detail), per step; bytes and GB/s for the ops that read
+ * weights, set against the measured copy bandwidth (bw bytes/s; 0: not measured). */
+static void print_profile(const nb_op_prof *p, double bw)
+{
+    if (p->steps == 0) {
+        printf("Per-op profile: no decode-only step was profiled (the level had %s)\n",
+               "too few decode-only steps after the skipped ones");
+        return;
+    }
+    const double n = p->steps, wall = p->wall_ms / n, ops = p->op_ms / n;
+    printf("Per-op profile: %d decode-only steps (skipped the first %d), mean batch %.1f\n", p->steps,
+           BO_PROFILE_SKIP, p->tokens / n);
+    printf("  step wall %.3f ms, ops %.3f ms (%.1f%%), gap %.3f ms (host work, launches, device idle)\n", wall, ops,
+           wall > 0 ? 100.0 * ops / wall : 0.0, wall - ops);
+    printf("  %-14s %-38s %7s %9s %6s %10s %8s %7s\n", "op", "detail", "calls", "ms/step", "%step", "MB/step",
+           "GB/s", "of copy");
+    for (int i = 0; i < p->n_rows; i++) {
+        const nb_op_prof_row *r = &p->rows[i];
+        printf("  %-14s %-38s %7.1f %9.4f %6.2f", r->op, r->detail, r->calls / n, r->ms / n,
+               wall > 0 ? 100.0 * r->ms / n / wall : 0.0);
+        if (r->bytes > 0 && r->ms > 0) {
+            double gbs = r->bytes / (r->ms * 1e-3) / 1e9;
+            printf(" %10.2f %8.1f", r->bytes / n / 1e6, gbs);
+            if (bw > 0) printf(" %7.2f", gbs * 1e9 / bw);
+        }
+        printf("\n");
+    }
+}
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') fputc('\\', f);
+        if ((unsigned char)*s >= 0x20) fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+static void write_json_profile(FILE *f, const nb_op_prof *p, double bw)
+{
+    const double n = p->steps ? p->steps : 1;
+    fprintf(f, ", \"profile\": {\"steps\": %d, \"skipped\": %d, \"mean_batch\": %.2f, \"wall_ms\": %.4f, "
+               "\"op_ms\": %.4f, \"gap_ms\": %.4f, \"ops\": [",
+            p->steps, BO_PROFILE_SKIP, p->tokens / n, p->wall_ms / n, p->op_ms / n, (p->wall_ms - p->op_ms) / n);
+    for (int i = 0; i < p->n_rows; i++) {
+        const nb_op_prof_row *r = &p->rows[i];
+        fprintf(f, "%s\n    {\"op\": ", i ? "," : "");
+        json_str(f, r->op);
+        fprintf(f, ", \"detail\": ");
+        json_str(f, r->detail);
+        fprintf(f, ", \"calls_per_step\": %.2f, \"ms_per_step\": %.5f, \"pct_of_step\": %.3f", r->calls / n,
+                r->ms / n, p->wall_ms > 0 ? 100.0 * r->ms / p->wall_ms : 0.0);
+        if (r->bytes > 0 && r->ms > 0) {
+            double bps = r->bytes / (r->ms * 1e-3);
+            fprintf(f, ", \"bytes_per_step\": %.0f, \"GBps\": %.2f", r->bytes / n, bps / 1e9);
+            if (bw > 0) fprintf(f, ", \"of_copy\": %.4f", bps / bw);
+        }
+        fprintf(f, "}");
+    }
+    fprintf(f, "]}");
+}
+
 /* Submit `num` requests and wait for all; fills L. Returns 0, or 1 on failure. */
 static int run_level(nb_engine *e, const nb_engine_info *info, const bo_floor_model *fm, int num, int in_len,
-                     int out_len, int seed, int print, bo_level *L)
+                     int out_len, int seed, int print, int profile_n, bo_level *L)
 {
     memset(L, 0, sizeof *L);
     L->num = num;
@@ -292,6 +364,7 @@ static int run_level(nb_engine *e, const nb_engine_info *info, const bo_floor_mo
         fflush(stdout);
     }
     nb_engine_trace(e, trace, trace_cap);
+    if (profile_n > 0) nb_ops_profile_request(BO_PROFILE_SKIP, profile_n, &L->prof);
     /* Hold the step loop while submitting, so every request arrives at once (as SGLang's
      * offline benchmark hands its engine the whole batch), not one per step. */
     nb_engine_test_gate(e, 1);
@@ -317,6 +390,10 @@ static int run_level(nb_engine *e, const nb_engine_info *info, const bo_floor_mo
     pthread_mutex_unlock(&st.mu);
     L->dur = nb_now_s() - st.t0;
     nb_engine_wait_idle(e); /* the last step is recorded after its tokens are delivered */
+    if (profile_n > 0) {
+        nb_ops_profile_request(0, 0, NULL);
+        nb_op_prof_sort(&L->prof);
+    }
     int n_steps = nb_engine_trace_count(e);
     nb_engine_trace(e, NULL, 0);
     L->n_steps = n_steps;
@@ -423,6 +500,7 @@ static int run_level(nb_engine *e, const nb_engine_info *info, const bo_floor_mo
         printf("%-40s %llu (cumulative)\n", "Preemptions:", (unsigned long long)es.preemptions);
         stat_line("Time to first token (s):", st.ttft, L->submitted);
         printf("==================================================\n");
+        if (profile_n > 0) print_profile(&L->prof, fm->bw);
         fflush(stdout);
     }
     rc = st.aborted || L->submitted < num;
@@ -443,7 +521,7 @@ done:
 }
 
 static void write_json(FILE *f, const char *model, const nb_engine_info *info, const bo_floor_model *fm, int in_len,
-                       int out_len, double load_s, const bo_level *L, int n)
+                       int out_len, double load_s, const bo_level *L, int n, int profile_n)
 {
     fprintf(f, "{\"model\": \"%s\", \"backend\": \"%s\", \"input_len\": %d, \"output_len\": %d, \"load_s\": %.3f",
             model, info->backend == NB_BACKEND_CUDA ? "cuda" : "cpu", in_len, out_len, load_s);
@@ -485,6 +563,7 @@ static void write_json(FILE *f, const char *model, const nb_engine_info *info, c
             }
             fprintf(f, "]");
         }
+        if (l->prof.steps || profile_n > 0) write_json_profile(f, &l->prof, fm->bw);
         fprintf(f, "}");
     }
     fprintf(f, "\n]}\n");
@@ -494,6 +573,7 @@ int nb_cmd_bench_offline(int argc, char **argv)
 {
     nb_engine_params ep = nb_engine_default_params();
     int nums[BO_MAX_LEVELS] = {1000}, n_levels = 1, in_len = 1024, out_len = 1024, seed = 1, warmup = 0, no_floor = 0;
+    int profile_n = 0;
     const char *json = NULL;
     double ceil_copy = 0, ceil_bf16 = 0;
     for (int i = 1; i < argc; i++) {
@@ -525,6 +605,7 @@ int nb_cmd_bench_offline(int argc, char **argv)
         else if (!strcmp(a, "--output-len") || !strcmp(a, "--random-output-len")) bad = nb_cli_int(a, v, 1, 1 << 24, &out_len);
         else if (!strcmp(a, "--seed")) bad = nb_cli_int(a, v, 0, 1 << 30, &seed);
         else if (!strcmp(a, "--warmup")) bad = nb_cli_int(a, v, 0, 1 << 20, &warmup);
+        else if (!strcmp(a, "--profile-ops")) bad = nb_cli_int(a, v, 1, 1 << 20, &profile_n);
         else if (!strcmp(a, "--json")) json = v;
         else if (!strcmp(a, "--ceilings")) {
             if (sscanf(v, "%lf,%lf", &ceil_copy, &ceil_bf16) != 2 || !(ceil_copy > 0) || !(ceil_bf16 > 0)) {
@@ -600,9 +681,9 @@ int nb_cmd_bench_offline(int argc, char **argv)
     int rc = 0;
     bo_level L[BO_MAX_LEVELS], W = {0};
     if (warmup > 0) { /* not counted: first-use costs (handles, lazily captured graphs of small sizes) */
-        rc |= run_level(e, &info, &fm, warmup, in_len, out_len < 8 ? out_len : 8, seed + 1000, 0, &W);
+        rc |= run_level(e, &info, &fm, warmup, in_len, out_len < 8 ? out_len : 8, seed + 1000, 0, 0, &W);
     }
-    for (int i = 0; i < n_levels; i++) rc |= run_level(e, &info, &fm, nums[i], in_len, out_len, seed + i, 1, &L[i]);
+    for (int i = 0; i < n_levels; i++) rc |= run_level(e, &info, &fm, nums[i], in_len, out_len, seed + i, 1, profile_n, &L[i]);
     printf("\n%-10s %10s %12s %12s %12s %12s %12s %10s %10s\n", "prompts", "batch", "step p50 ms", "step mean ms",
            "decode tok/s", "output tok/s", "floor ms", "time/floor", "(p50)");
     for (int i = 0; i < n_levels; i++) {
@@ -618,11 +699,14 @@ int nb_cmd_bench_offline(int argc, char **argv)
             fprintf(stderr, "nibble bench-offline: cannot write %s\n", json);
             rc = 1;
         } else {
-            write_json(f, ep.model, &info, &fm, in_len, out_len, t_load, L, n_levels);
+            write_json(f, ep.model, &info, &fm, in_len, out_len, t_load, L, n_levels, profile_n);
             fclose(f);
         }
     }
-    for (int i = 0; i < n_levels; i++) free(L[i].steps);
+    for (int i = 0; i < n_levels; i++) {
+        free(L[i].steps);
+        nb_op_prof_free(&L[i].prof);
+    }
     free(W.steps);
     nb_engine_destroy(e);
     return rc ? 1 : 0;

@@ -22,6 +22,7 @@
 #include "engine/fwd_dump.h"
 #include "model/synthetic.h"
 #include "model/upload.h"
+#include "ops/profile.h"
 #if NIBBLE_HAVE_CUDA
 #include "ops/cuda/device.h"
 #include "ops/cuda/graph.h"
@@ -241,15 +242,22 @@ static nb_status cr_forward(nb_runner *r, const nb_batch *b, float *logits)
     nb_cuda_runner *m = (nb_cuda_runner *)r;
     m->last_logits = NULL;
     m->last_rows = 0;
+    /* a profiled step (ops/profile.h) runs eagerly: events inside a capture would time nothing */
+    const int prof = nb_ops_profile_step_begin(m->dev->ops, nb_graph_batch_is_decode(b), b->n_seqs);
 #if NIBBLE_HAVE_CUDA
     /* NB_DUMP needs the eager pass (it downloads intermediates) */
-    if (m->graphs_on && nb_graph_batch_is_decode(b) && !nb_dump_enabled()) {
+    if (!prof && m->graphs_on && nb_graph_batch_is_decode(b) && !nb_dump_enabled()) {
         int gi = nb_graph_bucket(&m->sizes, b->n_seqs);
         if (gi >= 0 && !m->graph[gi].failed) return cr_graph_step(m, b, gi, logits);
     }
 #endif
     float *dl;
-    NB_TRY(nb_forward_keep(m->dev, &m->pool, b, &dl));
+    nb_status fs = nb_forward_keep(m->dev, &m->pool, b, &dl);
+    if (prof) {
+        nb_status ps = nb_ops_profile_step_end(m->dev->ops);
+        if (fs == NB_OK) fs = ps;
+    }
+    NB_TRY(fs);
     m->stats.eager_steps++;
     m->last_logits = dl;
     m->last_rows = nb_batch_logit_rows(b);

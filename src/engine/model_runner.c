@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "model/synthetic.h"
+#include "ops/profile.h"
 
 typedef struct nb_model_runner {
     nb_runner base;
@@ -23,7 +24,13 @@ typedef struct nb_model_runner {
 static nb_status nb_mr_forward(nb_runner *r, const nb_batch *b, float *logits)
 {
     nb_model_runner *m = (nb_model_runner *)r;
-    return nb_forward(m->model, &m->pool, b, logits);
+    int decode_only = b->n_seqs > 0; /* bench-offline --profile-ops profiles decode-only steps */
+    for (int s = 0; s < b->n_seqs; s++) decode_only &= b->seqs[s].n_tokens == 1;
+    if (!nb_ops_profile_step_begin(m->model->ops, decode_only, b->n_seqs))
+        return nb_forward(m->model, &m->pool, b, logits);
+    nb_status st = nb_forward(m->model, &m->pool, b, logits);
+    nb_status ps = nb_ops_profile_step_end(m->model->ops);
+    return st != NB_OK ? st : ps;
 }
 
 static nb_status nb_mr_reserve(nb_runner *r, int64_t n_slots)

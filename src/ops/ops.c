@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/sample.h"
+#include "ops/profile.h"
 #if NIBBLE_HAVE_CUDA
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/sample.h"
@@ -100,6 +101,7 @@ nb_status nb_ops_ctx_new_cuda(int device, nb_ops_ctx **out)
 void nb_ops_ctx_free(nb_ops_ctx *ctx)
 {
     if (!ctx) return;
+    nb_prof_forget(ctx);
 #if NIBBLE_HAVE_CUDA
     if (ctx->device == NB_DEVICE_CUDA) {
         nb_cuda_ctx_release(ctx);
@@ -194,61 +196,143 @@ nb_status nb_ops_sync(nb_ops_ctx *ctx)
 /* The dispatch table: each op goes to the implementation of its context's backend, and
  * refuses a context of a backend not compiled in. */
 #if NIBBLE_HAVE_CUDA
-#define NB_DISPATCH(op, call)                                                                  \
-    do {                                                                                       \
-        if (ctx->device == NB_DEVICE_CPU) return nb_cpu_##call;                                \
-        if (ctx->device == NB_DEVICE_CUDA) return nb_cuda_##call;                              \
-        return nb_error(NB_ERR_UNSUPPORTED, "%s: no implementation for this device", op);      \
-    } while (0)
+#define NB_CALL(op, call)                                                                                \
+    (ctx->device == NB_DEVICE_CPU    ? nb_cpu_##call                                                     \
+     : ctx->device == NB_DEVICE_CUDA ? nb_cuda_##call                                                    \
+                                     : nb_error(NB_ERR_UNSUPPORTED, "%s: no implementation for this device", op))
 #else
-#define NB_DISPATCH(op, call)                                                                  \
-    do {                                                                                       \
-        if (ctx->device == NB_DEVICE_CPU) return nb_cpu_##call;                                \
-        return nb_error(NB_ERR_UNSUPPORTED, "%s: no implementation for this device", op);      \
-    } while (0)
+#define NB_CALL(op, call)                                                                                \
+    (ctx->device == NB_DEVICE_CPU ? nb_cpu_##call                                                        \
+                                  : nb_error(NB_ERR_UNSUPPORTED, "%s: no implementation for this device", op))
 #endif
+/* With the per-op profiler (ops/profile.h) off, one relaxed load and branch; on, the call is
+ * bracketed and `key` (a statement filling nb_prof_key k_) says what the record is keyed by. */
+#define NB_DISPATCH_K(name, call, key)                                                                   \
+    do {                                                                                                 \
+        if (__builtin_expect(!nb_prof_on(), 1)) return NB_CALL(name, call);                              \
+        nb_prof_key k_;                                                                                  \
+        memset(&k_, 0, sizeof k_);                                                                       \
+        k_.op = name;                                                                                    \
+        key;                                                                                             \
+        int h_ = nb_prof_enter(ctx, &k_);                                                                \
+        nb_status s_ = NB_CALL(name, call);                                                              \
+        nb_prof_leave(ctx, h_);                                                                          \
+        return s_;                                                                                       \
+    } while (0)
+#define NB_DISPATCH(name, call) NB_DISPATCH_K(name, call, (void)0)
+
+/* ---- profile keys (only built while profiling) ------------------------------------------- */
+
+/* detail "[rows x cols]" of a 2-D view (rows = all leading dims) */
+static void key_shape(nb_prof_key *k, const nb_tensor *t)
+{
+    if (!t || t->ndim < 1) return;
+    int64_t rows = 1;
+    for (int i = 0; i + 1 < t->ndim; i++) rows *= t->shape[i];
+    k->dfmt = "[%lld x %lld]";
+    k->d[0] = rows;
+    k->d[1] = t->shape[t->ndim - 1];
+}
+
+static void key_tokens(nb_prof_key *k, int64_t tokens, const char *dfmt)
+{
+    k->dfmt = dfmt;
+    k->d[0] = tokens;
+}
+
+static void key_linear(nb_prof_key *k, const nb_tensor *x, const nb_weight *w)
+{
+    static const char *const f[] = {"%lld tok, [%lld x %lld] f32", "%lld tok, [%lld x %lld] bf16",
+                                    "%lld tok, [%lld x %lld] nvfp4", "%lld tok, [%lld x %lld] fp8"};
+    if (!x || !w || x->ndim < 1) return;
+    k->dfmt = (unsigned)w->fmt < 4 ? f[w->fmt] : "%lld tok, [%lld x %lld] ?";
+    k->d[0] = x->shape[0];
+    k->d[1] = w->n;
+    k->d[2] = w->k;
+    k->bytes = nb_prof_weight_bytes(w) + 4.0 * (double)x->shape[0] * (double)(w->k + w->n);
+}
+
+static void key_mlp(nb_prof_key *k, const nb_tensor *x, const nb_weight *g, const nb_weight *u, const nb_weight *dn)
+{
+    static const char *const f[] = {"%lld tok, inter %lld f32", "%lld tok, inter %lld bf16",
+                                    "%lld tok, inter %lld nvfp4", "%lld tok, inter %lld fp8"};
+    if (!x || !g || !u || !dn || x->ndim < 1) return;
+    k->dfmt = (unsigned)g->fmt < 4 ? f[g->fmt] : "%lld tok, inter %lld ?";
+    k->d[0] = x->shape[0];
+    k->d[1] = g->n;
+    k->bytes = nb_prof_weight_bytes(g) + nb_prof_weight_bytes(u) + nb_prof_weight_bytes(dn) +
+               4.0 * (double)x->shape[0] * (double)(2 * g->k);
+}
+
+static void key_moe(nb_prof_key *k, const nb_tensor *x, const nb_tensor *ids, const nb_moe_weights *w)
+{
+    static const char *const f[] = {"%lld tok, top-%lld of %lld, [%lld x H] f32",
+                                    "%lld tok, top-%lld of %lld, [%lld x H] bf16",
+                                    "%lld tok, top-%lld of %lld, [%lld x H] nvfp4",
+                                    "%lld tok, top-%lld of %lld, [%lld x H] fp8"};
+    if (!x || !ids || !w || !w->gate || x->ndim < 1 || ids->ndim != 2) return;
+    const int64_t T = x->shape[0], K = ids->shape[1];
+    k->dfmt = (unsigned)w->gate[0].fmt < 4 ? f[w->gate[0].fmt] : "%lld tok, top-%lld of %lld, [%lld x H] ?";
+    k->d[0] = T;
+    k->d[1] = K;
+    k->d[2] = w->n_experts;
+    k->d[3] = w->inter;
+    /* activations: x in, out read and written, ids and weights */
+    k->bytes = 4.0 * (double)T * (3.0 * w->hidden + 2.0 * (double)K);
+    k->moe_expert_bytes =
+        nb_prof_weight_bytes(&w->gate[0]) + nb_prof_weight_bytes(&w->up[0]) + nb_prof_weight_bytes(&w->down[0]);
+    k->moe_n_experts = w->n_experts;
+    if (nb_tensor_is_contiguous(ids)) {
+        k->moe_ids = (const int32_t *)ids->data;
+        k->moe_n_ids = T * K;
+    }
+}
 
 nb_status nb_op_set_rows(nb_ops_ctx *ctx, const nb_tensor *src, const int32_t *rows, nb_tensor *dst)
 {
-    NB_DISPATCH("set_rows", set_rows(ctx, src, rows, dst));
+    NB_DISPATCH_K("set_rows", set_rows(ctx, src, rows, dst), key_shape(&k_, src));
 }
 nb_status nb_op_get_rows(nb_ops_ctx *ctx, const nb_tensor *x, const int32_t *rows, nb_tensor *out)
 {
-    NB_DISPATCH("get_rows", get_rows(ctx, x, rows, out));
+    NB_DISPATCH_K("get_rows", get_rows(ctx, x, rows, out), key_shape(&k_, out));
 }
-nb_status nb_op_scale(nb_ops_ctx *ctx, nb_tensor *x, float s) { NB_DISPATCH("scale", scale(ctx, x, s)); }
+nb_status nb_op_scale(nb_ops_ctx *ctx, nb_tensor *x, float s) {
+    NB_DISPATCH_K("scale", scale(ctx, x, s), key_shape(&k_, x));
+}
 
 nb_status nb_op_embedding(nb_ops_ctx *ctx, const nb_weight *table, const int32_t *ids, int n, nb_tensor *out)
 {
-    NB_DISPATCH("embedding", embedding(ctx, table, ids, n, out));
+    NB_DISPATCH_K("embedding", embedding(ctx, table, ids, n, out), key_tokens(&k_, n, "%lld tok"));
 }
 nb_status nb_op_rmsnorm(nb_ops_ctx *ctx, const nb_tensor *x, const float *weight, float eps, nb_tensor *out)
 {
-    NB_DISPATCH("rmsnorm", rmsnorm(ctx, x, weight, eps, out));
+    NB_DISPATCH_K("rmsnorm", rmsnorm(ctx, x, weight, eps, out), key_shape(&k_, x));
 }
 nb_status nb_op_add_rmsnorm(nb_ops_ctx *ctx, const nb_tensor *x, nb_tensor *residual, const float *weight, float eps,
                             nb_tensor *out)
 {
-    NB_DISPATCH("add_rmsnorm", add_rmsnorm(ctx, x, residual, weight, eps, out));
+    NB_DISPATCH_K("add_rmsnorm", add_rmsnorm(ctx, x, residual, weight, eps, out), key_shape(&k_, x));
 }
 nb_status nb_op_layernorm(nb_ops_ctx *ctx, const nb_tensor *x, const float *weight, const float *bias, float eps,
                           nb_tensor *out)
 {
-    NB_DISPATCH("layernorm", layernorm(ctx, x, weight, bias, eps, out));
+    NB_DISPATCH_K("layernorm", layernorm(ctx, x, weight, bias, eps, out), key_shape(&k_, x));
 }
-nb_status nb_op_add(nb_ops_ctx *ctx, const nb_tensor *x, nb_tensor *y) { NB_DISPATCH("add", add(ctx, x, y)); }
+nb_status nb_op_add(nb_ops_ctx *ctx, const nb_tensor *x, nb_tensor *y) {
+    NB_DISPATCH_K("add", add(ctx, x, y), key_shape(&k_, x));
+}
 nb_status nb_op_rope(nb_ops_ctx *ctx, nb_tensor *x, const int32_t *pos, const nb_rope *rope)
 {
-    NB_DISPATCH("rope", rope(ctx, x, pos, rope));
+    NB_DISPATCH_K("rope", rope(ctx, x, pos, rope), key_shape(&k_, x));
 }
 nb_status nb_op_linear(nb_ops_ctx *ctx, const nb_tensor *x, const nb_weight *w, nb_tensor *y)
 {
-    NB_DISPATCH("linear", linear(ctx, x, w, y));
+    NB_DISPATCH_K("linear", linear(ctx, x, w, y), key_linear(&k_, x, w));
 }
 nb_status nb_op_mlp(nb_ops_ctx *ctx, const nb_tensor *x, const nb_weight *gate, const nb_weight *up,
                     const nb_weight *down, int accumulate, nb_tensor *out)
 {
-    NB_DISPATCH("mlp", mlp(ctx, x, gate, up, down, accumulate, out));
+    NB_DISPATCH_K("mlp", mlp(ctx, x, gate, up, down, accumulate, out), key_mlp(&k_, x, gate, up, down));
 }
 /* ---- shape agreement, checked once here for every backend ------------------------------
  * The backends check only what is theirs (dtype and device of each tensor, kernel limits);
@@ -345,32 +429,37 @@ nb_status nb_op_attention(nb_ops_ctx *ctx, const nb_tensor *q, const nb_tensor *
                           const nb_attn_index *idx, const nb_attn_select *sel, float scale, nb_tensor *out)
 {
     NB_TRY(nb_attention_shapes(q, k_pool, v_pool, idx, out));
-    NB_DISPATCH("attention", attention(ctx, q, k_pool, v_pool, idx, sel, scale, out));
+    NB_DISPATCH_K("attention", attention(ctx, q, k_pool, v_pool, idx, sel, scale, out),
+                  key_tokens(&k_, q->shape[0], sel ? "%lld tok, sparse" : "%lld tok"));
 }
 nb_status nb_op_mla_attention(nb_ops_ctx *ctx, nb_mla_mode mode, const nb_mla_dims *d, const nb_tensor *q,
                               const nb_tensor *latent_pool, const nb_tensor *kpe_pool, const nb_weight *kv_b,
                               const nb_attn_index *idx, const nb_attn_select *sel, float scale, nb_tensor *out)
 {
     NB_TRY(nb_mla_shapes(d, q, latent_pool, kpe_pool, kv_b, idx, out));
-    NB_DISPATCH("mla_attention", mla_attention(ctx, mode, d, q, latent_pool, kpe_pool, kv_b, idx, sel, scale, out));
+    NB_DISPATCH_K("mla_attention", mla_attention(ctx, mode, d, q, latent_pool, kpe_pool, kv_b, idx, sel, scale, out),
+                  key_tokens(&k_, q->shape[0],
+                             mode == NB_MLA_NAIVE ? (sel ? "%lld tok, naive, sparse" : "%lld tok, naive")
+                                                  : (sel ? "%lld tok, absorbed, sparse" : "%lld tok, absorbed")));
 }
 nb_status nb_op_dsa_select(nb_ops_ctx *ctx, const nb_tensor *q, const nb_tensor *w, float softmax_scale,
                            const nb_tensor *key_pool, const nb_attn_index *idx, int topk, int32_t *sel_pos,
                            int32_t *sel_count)
 {
     NB_TRY(nb_dsa_shapes(q, w, key_pool, idx, topk));
-    NB_DISPATCH("dsa_select", dsa_select(ctx, q, w, softmax_scale, key_pool, idx, topk, sel_pos, sel_count));
+    NB_DISPATCH_K("dsa_select", dsa_select(ctx, q, w, softmax_scale, key_pool, idx, topk, sel_pos, sel_count),
+                  key_tokens(&k_, q->shape[0], "%lld tok"));
 }
 nb_status nb_op_moe_route(nb_ops_ctx *ctx, const nb_tensor *logits, const nb_router_params *p, nb_tensor *ids,
                           nb_tensor *weights)
 {
-    NB_DISPATCH("moe_route", moe_route(ctx, logits, p, ids, weights));
+    NB_DISPATCH_K("moe_route", moe_route(ctx, logits, p, ids, weights), key_shape(&k_, logits));
 }
 nb_status nb_op_moe_experts(nb_ops_ctx *ctx, const nb_tensor *x, const nb_tensor *ids, const nb_tensor *weights,
                             const nb_moe_weights *w, int accumulate, nb_tensor *out)
 {
     NB_TRY(nb_moe_experts_shapes(x, ids, weights, w, out));
-    NB_DISPATCH("moe_experts", moe_experts(ctx, x, ids, weights, w, accumulate, out));
+    NB_DISPATCH_K("moe_experts", moe_experts(ctx, x, ids, weights, w, accumulate, out), key_moe(&k_, x, ids, w));
 }
 nb_status nb_op_sample(nb_ops_ctx *ctx, nb_tensor *logits, const nb_sample_params *params,
                        const nb_sample_hist *hist, nb_sample_out *out)
@@ -383,5 +472,5 @@ nb_status nb_op_sample(nb_ops_ctx *ctx, nb_tensor *logits, const nb_sample_param
     if (hist && hist->n_entries > 0 && (!hist->off || !hist->token || !hist->count))
         return nb_error(NB_ERR_INVALID_ARG, "sample: history of %lld entries without its arrays",
                         (long long)hist->n_entries);
-    NB_DISPATCH("sample", sample(ctx, logits, params, hist, out));
+    NB_DISPATCH_K("sample", sample(ctx, logits, params, hist, out), key_shape(&k_, logits));
 }
