@@ -683,7 +683,8 @@ int nb_cmd_bench_offline(int argc, char **argv)
     if (warmup > 0) { /* not counted: first-use costs (handles, lazily captured graphs of small sizes) */
         rc |= run_level(e, &info, &fm, warmup, in_len, out_len < 8 ? out_len : 8, seed + 1000, 0, 0, &W);
     }
-    for (int i = 0; i < n_levels; i++) rc |= run_level(e, &info, &fm, nums[i], in_len, out_len, seed + i, 1, profile_n, &L[i]);
+    for (int i = 0; i < n_levels; i++)
+        rc |= run_level(e, &info, &fm, nums[i], in_len, out_len, seed + i, 1, profile_n, &L[i]);
     printf("\n%-10s %10s %12s %12s %12s %12s %12s %10s %10s\n", "prompts", "batch", "step p50 ms", "step mean ms",
            "decode tok/s", "output tok/s", "floor ms", "time/floor", "(p50)");
     for (int i = 0; i < n_levels; i++) {
