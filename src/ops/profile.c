@@ -233,8 +233,9 @@ void nb_prof_forget(nb_ops_ctx *ctx)
         __atomic_store_n(&g.ctx, NULL, __ATOMIC_RELEASE);
     }
 #if NIBBLE_HAVE_CUDA
-    /* the events belong to the device of the context that made them */
-    if (nb_ops_ctx_device(ctx) == NB_DEVICE_CUDA && g.cu) {
+    /* the events belong to the device of the context that made them; kept while another
+     * context is being profiled with them */
+    if (nb_ops_ctx_device(ctx) == NB_DEVICE_CUDA && g.cu && !__atomic_load_n(&g.ctx, __ATOMIC_ACQUIRE)) {
         nb_cuda_prof_free(g.cu);
         g.cu = NULL;
     }
