@@ -315,12 +315,12 @@ static void write_json_profile(FILE *f, const nb_op_prof *p, double bw)
         json_str(f, r->op);
         fprintf(f, ", \"detail\": ");
         json_str(f, r->detail);
-        fprintf(f, ", \"calls_per_step\": %.2f, \"ms_per_step\": %.5f, \"pct_of_step\": %.3f", r->calls / n,
+        fprintf(f, ", \"calls_per_step\": %.2f, \"ms_per_step\": %.6f, \"pct_of_step\": %.3f", r->calls / n,
                 r->ms / n, p->wall_ms > 0 ? 100.0 * r->ms / p->wall_ms : 0.0);
         if (r->bytes > 0 && r->ms > 0) {
             double bps = r->bytes / (r->ms * 1e-3);
-            fprintf(f, ", \"bytes_per_step\": %.0f, \"GBps\": %.2f", r->bytes / n, bps / 1e9);
-            if (bw > 0) fprintf(f, ", \"of_copy\": %.4f", bps / bw);
+            fprintf(f, ", \"bytes_per_step\": %.0f, \"GBps\": %.3f", r->bytes / n, bps / 1e9);
+            if (bw > 0) fprintf(f, ", \"of_copy\": %.5f", bps / bw);
         }
         fprintf(f, "}");
     }

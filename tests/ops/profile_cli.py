@@ -1,0 +1,74 @@
+"""nibble bench-offline --profile-ops on the CPU backend (docs/bench.md "Per-op profile"):
+the JSON's per-level profile has the requested number of decode-only steps at the level's
+batch, op times that sum to the reported op time and stay within the step wall, rows sorted
+by time, every GLM-5 op kind, and bytes / GB/s / of-copy consistent with each other and with
+the given copy bandwidth; the printed table agrees with the JSON.
+Run: NIBBLE_BIN=build-x/nibble python3 tests/ops/profile_cli.py"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+NIBBLE = os.environ.get("NIBBLE_BIN", "build/nibble")
+ENV = dict(os.environ, NIBBLE_LOG="warn")
+KINDS = {"embedding", "rmsnorm", "add_rmsnorm", "linear", "rope", "layernorm", "set_rows", "dsa_select",
+         "mla_attention", "scale", "moe_route", "moe_experts", "mlp", "get_rows"}
+BW = 2000.0  # --ceilings copy GB/s
+
+
+def fail(msg):
+    print("FAIL:", msg)
+    sys.exit(1)
+
+
+def main():
+    if not os.path.exists(NIBBLE):
+        print("no binary at", NIBBLE)
+        return 77
+    with tempfile.TemporaryDirectory() as d:
+        js = os.path.join(d, "p.json")
+        cmd = [NIBBLE, "bench-offline", "--model", "synthetic:glm5-tiny:num_hidden_layers=3", "--num-prompts", "1,6",
+               "--input-len", "12", "--output-len", "9", "--profile-ops", "3", "--ceilings", f"{BW},100",
+               "--json", js]
+        r = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=120)
+        if r.returncode:
+            fail(f"exit {r.returncode}: {r.stderr[-2000:]}")
+        doc = json.load(open(js))
+    for lv, batch in zip(doc["levels"], (1, 6)):
+        p = lv["profile"]
+        if p["steps"] != 3 or p["skipped"] != 2:
+            fail(f"level {lv['num_prompts']}: {p['steps']} steps, skipped {p['skipped']}")
+        if abs(p["mean_batch"] - batch) > 1e-9:
+            fail(f"level {lv['num_prompts']}: mean batch {p['mean_batch']}")
+        ops = p["ops"]
+        total = sum(o["ms_per_step"] for o in ops)
+        if not (0 < p["op_ms"] <= p["wall_ms"]) or abs(total - p["op_ms"]) > 1e-4 + 1e-5 * len(ops):
+            fail(f"op sum {total} vs op_ms {p['op_ms']} vs wall {p['wall_ms']}")
+        if abs(p["gap_ms"] - (p["wall_ms"] - p["op_ms"])) > 1e-3:
+            fail("gap != wall - ops")
+        if any(a["ms_per_step"] < b["ms_per_step"] for a, b in zip(ops, ops[1:])):
+            fail("rows not sorted by time")
+        missing = KINDS - {o["op"] for o in ops}
+        if missing:
+            fail(f"level {lv['num_prompts']}: no rows for {sorted(missing)}")
+        for o in ops:
+            if o["op"] in ("linear", "mlp", "moe_experts"):
+                if "bytes_per_step" not in o:
+                    fail(f"{o['op']} {o['detail']}: no bytes")
+                gbps = o["bytes_per_step"] / (o["ms_per_step"] * 1e-3) / 1e9
+                # the JSON rounds ms to 1e-6: a 2 us op's rate is good to ~0.1 %
+                if abs(gbps - o["GBps"]) > 1e-3 + 1e-2 * gbps or abs(o["of_copy"] - o["GBps"] / BW) > 1e-5:
+                    fail(f"{o['op']} {o['detail']}: {o}")
+                if not o["detail"].startswith(f"{batch} tok"):
+                    fail(f"{o['op']} detail '{o['detail']}' at batch {batch}")
+            elif "bytes_per_step" in o:
+                fail(f"{o['op']} has bytes")
+        if "Per-op profile: 3 decode-only steps" not in r.stdout:
+            fail("no table in the output")
+    print("ok: 2 levels profiled")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
