@@ -278,11 +278,11 @@ static void print_profile(const nb_op_prof *p, double bw)
            BO_PROFILE_SKIP, p->tokens / n);
     printf("  step wall %.3f ms, ops %.3f ms (%.1f%%), gap %.3f ms (host work, launches, device idle)\n", wall, ops,
            wall > 0 ? 100.0 * ops / wall : 0.0, wall - ops);
-    printf("  %-14s %-38s %7s %9s %6s %10s %8s %7s\n", "op", "detail", "calls", "ms/step", "%step", "MB/step",
+    printf("  %-14s %-52s %7s %9s %6s %10s %8s %7s\n", "op", "detail", "calls", "ms/step", "%step", "MB/step",
            "GB/s", "of copy");
     for (int i = 0; i < p->n_rows; i++) {
         const nb_op_prof_row *r = &p->rows[i];
-        printf("  %-14s %-38s %7.1f %9.4f %6.2f", r->op, r->detail, r->calls / n, r->ms / n,
+        printf("  %-14s %-52s %7.1f %9.4f %6.2f", r->op, r->detail, r->calls / n, r->ms / n,
                wall > 0 ? 100.0 * r->ms / n / wall : 0.0);
         if (r->bytes > 0 && r->ms > 0) {
             double gbs = r->bytes / (r->ms * 1e-3) / 1e9;

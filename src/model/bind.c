@@ -5,6 +5,7 @@
 #include "model/bind.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,11 +95,47 @@ nb_status nb_bind_vec(nb_model *m, const char *name, int64_t n, float **out)
     return NB_OK;
 }
 
+/* A weight's role for nb_weight.name: the HF prefix without "model.", "layers.", "self_attn."
+ * and numeric parts ("model.layers.3.mlp.experts.7.up_proj" -> "mlp.experts.up_proj"), kept
+ * in a static table so the pointer outlives every model (NULL when the table is full). */
+static const char *role_name(const char *prefix)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static char table[96][48];
+    static int n_table;
+    char r[48] = "";
+    size_t len = 0;
+    for (const char *p = prefix; *p;) {
+        size_t n = strcspn(p, ".");
+        int numeric = n > 0 && strspn(p, "0123456789") >= n;
+        int skip = numeric || (n == 5 && !strncmp(p, "model", 5)) || (n == 6 && !strncmp(p, "layers", 6)) ||
+                   (n == 9 && !strncmp(p, "self_attn", 9));
+        if (!skip && len + n + 1 < sizeof r) {
+            if (len) r[len++] = '.';
+            memcpy(r + len, p, n);
+            len += n;
+            r[len] = 0;
+        }
+        p += n + (p[n] == '.');
+    }
+    const char *out = NULL;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < n_table && !out; i++)
+        if (!strcmp(table[i], r)) out = table[i];
+    if (!out && n_table < (int)NB_ARRAY_LEN(table)) {
+        memcpy(table[n_table], r, sizeof r);
+        out = table[n_table++];
+    }
+    pthread_mutex_unlock(&mu);
+    return out;
+}
+
 nb_status nb_bind_linear(nb_model *m, const char *prefix, int64_t n, int64_t k, nb_weight *w)
 {
     char name[512];
     const nb_st_tensor *t, *s;
     memset(w, 0, sizeof *w);
+    w->name = role_name(prefix);
     w->n = n;
     w->k = k;
     w->global_scale = 1.0f;

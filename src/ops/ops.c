@@ -246,6 +246,7 @@ static void key_linear(nb_prof_key *k, const nb_tensor *x, const nb_weight *w)
                                     "%lld tok, [%lld x %lld] nvfp4", "%lld tok, [%lld x %lld] fp8"};
     if (!x || !w || x->ndim < 1) return;
     k->dfmt = (unsigned)w->fmt < 4 ? f[w->fmt] : "%lld tok, [%lld x %lld] ?";
+    k->name = w->name;
     k->d[0] = x->shape[0];
     k->d[1] = w->n;
     k->d[2] = w->k;
@@ -258,6 +259,8 @@ static void key_mlp(nb_prof_key *k, const nb_tensor *x, const nb_weight *g, cons
                                     "%lld tok, inter %lld nvfp4", "%lld tok, inter %lld fp8"};
     if (!x || !g || !u || !dn || x->ndim < 1) return;
     k->dfmt = (unsigned)g->fmt < 4 ? f[g->fmt] : "%lld tok, inter %lld ?";
+    k->name = g->name;
+    k->name_parent = 1;
     k->d[0] = x->shape[0];
     k->d[1] = g->n;
     k->bytes = nb_prof_weight_bytes(g) + nb_prof_weight_bytes(u) + nb_prof_weight_bytes(dn) +

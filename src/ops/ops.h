@@ -83,6 +83,8 @@ typedef struct nb_weight {
     const float *bias;       /* optional F32 [n] */
     nb_device device;
     unsigned flags;          /* NB_WEIGHT_* hints for backends; 0 by default */
+    const char *name;        /* short static role ("q_a_proj", "mlp.shared_experts.gate_proj",
+                                "lm_head") for the per-op profile (ops/profile.h); NULL: unnamed */
 } nb_weight;
 
 /* The layer's output feeds a discrete choice (DSA top-k, MoE top-k): a backend that rounds

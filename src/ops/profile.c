@@ -155,8 +155,11 @@ void nb_prof_leave(nb_ops_ctx *ctx, int handle)
 
 static nb_status merge(nb_op_prof *acc, const prof_rec *r, double ms)
 {
-    char detail[96];
-    snprintf(detail, sizeof detail, r->k.dfmt ? r->k.dfmt : "", r->k.d[0], r->k.d[1], r->k.d[2], r->k.d[3]);
+    char rest[72], detail[128];
+    snprintf(rest, sizeof rest, r->k.dfmt ? r->k.dfmt : "", r->k.d[0], r->k.d[1], r->k.d[2], r->k.d[3]);
+    const char *nm = r->k.name ? r->k.name : "", *dot = r->k.name_parent ? strrchr(nm, '.') : NULL;
+    int nl = dot ? (int)(dot - nm) : (int)strlen(nm);
+    snprintf(detail, sizeof detail, "%.*s%s%s", nl, nm, nl ? " " : "", rest);
     nb_op_prof_row *row = NULL;
     for (int i = 0; i < acc->n_rows && !row; i++)
         if (!strcmp(acc->rows[i].op, r->k.op) && !strcmp(acc->rows[i].detail, detail)) row = &acc->rows[i];

@@ -23,7 +23,7 @@ extern "C" {
 /* One (op, detail) key summed over the profiled steps. */
 typedef struct nb_op_prof_row {
     char op[24];
-    char detail[96];
+    char detail[128];
     int64_t calls;
     double ms;     /* device time (CUDA events) or host wall time (CPU) of its calls */
     double bytes;  /* linear, moe_experts: weight bytes read + activations in and out; else 0 */
@@ -65,6 +65,8 @@ nb_status nb_ops_profile_step_end(nb_ops_ctx *ctx);
 /* What a record is keyed by: detail is printf(dfmt, d[0..3]) made at the end of the step. */
 typedef struct nb_prof_key {
     const char *op;
+    const char *name; /* the weight's role (nb_weight.name), put before the detail; or NULL */
+    int name_parent;  /* 1: only up to its last '.' ("mlp.shared_experts" of its gate_proj) */
     const char *dfmt;
     long long d[4];
     double bytes;

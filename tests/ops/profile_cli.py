@@ -60,7 +60,7 @@ def main():
                 # the JSON rounds ms to 1e-6: a 2 us op's rate is good to ~0.1 %
                 if abs(gbps - o["GBps"]) > 1e-3 + 1e-2 * gbps or abs(o["of_copy"] - o["GBps"] / BW) > 1e-5:
                     fail(f"{o['op']} {o['detail']}: {o}")
-                if not o["detail"].startswith(f"{batch} tok"):
+                if f"{batch} tok, " not in o["detail"]:
                     fail(f"{o['op']} detail '{o['detail']}' at batch {batch}")
             elif "bytes_per_step" in o:
                 fail(f"{o['op']} has bytes")

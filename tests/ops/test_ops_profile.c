@@ -104,11 +104,13 @@ static void test_profiled_step(void)
                                         "layernorm", "set_rows",  "dsa_select",  "mla_attention", "scale",
                                         "moe_route", "moe_experts", "mlp",       "get_rows"};
     for (size_t i = 0; i < NB_ARRAY_LEN(kinds); i++) NB_CHECK_MSG(find(&acc, kinds[i], NULL), "no %s row", kinds[i]);
-    /* the logits layer: [vocab, hidden], read once, 2 tokens in and 2 rows of logits out */
+    /* the logits layer, named by its role: [vocab, hidden], read once, 2 tokens in and 2 rows of
+     * logits out */
     const nb_weight *lm = &f.m->lm_head;
     char detail[96];
     static const char *const fmt[] = {"f32", "bf16", "nvfp4", "fp8"};
-    snprintf(detail, sizeof detail, "2 tok, [%lld x %lld] %s", (long long)lm->n, (long long)lm->k, fmt[lm->fmt]);
+    snprintf(detail, sizeof detail, "lm_head 2 tok, [%lld x %lld] %s", (long long)lm->n, (long long)lm->k,
+             fmt[lm->fmt]);
     const nb_op_prof_row *r = find(&acc, "linear", detail);
     NB_CHECK_MSG(r, "no row '%s'", detail);
     if (r && r->calls == 1) {
