@@ -46,6 +46,15 @@ extern "C" nb_status nb_cuda_prof_new(nb_cuda_prof **out)
     nb_cuda_prof *p = (nb_cuda_prof *)calloc(1, sizeof *p);
     if (!p) return nb_error(NB_ERR_OUT_OF_MEMORY, "cuda profile: state");
     nb_status st = grow_events(p, 4096); // a GLM-5 decode step is ~2000 ops: no growth inside it
+    // the first chunk of id copies now, not inside a timed step (1 Mi ids: 1000 tokens x top-8
+    // x 78 MoE layers fit; cudaHostAlloc can take milliseconds)
+    if (st == NB_OK && cudaHostAlloc((void **)&p->chunk[0], ((size_t)1 << 20) * sizeof(int32_t),
+                                     cudaHostAllocDefault) != cudaSuccess) {
+        cudaGetLastError();
+        p->chunk[0] = NULL;
+        st = nb_error(NB_ERR_OUT_OF_MEMORY, "cuda profile: 4 MiB of pinned memory");
+    }
+    if (st == NB_OK) p->chunk_cap[0] = (int64_t)1 << 20;
     if (st != NB_OK) {
         nb_cuda_prof_free(p);
         return st;
