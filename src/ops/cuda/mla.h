@@ -38,11 +38,10 @@ nb_status nb_cuda_mla_gemm(nb_ops_ctx *ctx, int bf16, int trans_a, int m, int n,
                            int batch, float alpha);
 
 /* Tokens per pass of nb_cuda_mla_attention: its per-head buffers (q_lat, o_lat, their BF16
- * terms: ~0.57 MB per token on GLM-5, ~9.4 GB at this many tokens) are sized for one tile,
- * so a longer step runs in tiles. 16384 is the engine's default --max-prefill-tokens: default
- * steps are one pass. (Several passes were checked only by the registry test's forced small
- * tile; a smaller default would save memory once that has run on a GPU.) */
-#define NB_CUDA_MLA_TOKEN_TILE 16384
+ * terms: ~0.57 MB per token on GLM-5, ~0.6 GB at this many tokens) are sized for one tile,
+ * so a long prefill step runs in tiles (a 1024-token tile still fills the GPU: 4096 blocks
+ * on GLM-5). Decode batches up to this size, and every captured graph, are one pass. */
+#define NB_CUDA_MLA_TOKEN_TILE 1024
 /* Tests: a smaller tile (0: back to NB_CUDA_MLA_TOKEN_TILE). */
 void nb_cuda_mla_force_token_tile(int tokens);
 
