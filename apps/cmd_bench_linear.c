@@ -39,13 +39,21 @@ int nb_cmd_bench_linear(int argc, char **argv)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: nibble bench-linear [--tokens 1,2,10] [--lt-tokens 512,4096|none]\n"
                    "                           [--format bf16|nvfp4|all]\n"
-                   "                           [--sweep] [--iters 10]\n"
+                   "                           [--sweep] [--lt-host] [--iters 10]\n"
+                   "  --tokens  decode token counts 1..64 (GEMV, or the skinny tensor-core GEMM for BF16\n"
+                   "            from 3; its rows also time the route before it and three terms)\n"
+                   "  --lt-host host time per cuBLASLt call at T = 600..799, algorithms keyed by exact T\n"
+                   "            (before) and by T bucket\n"
                    "  --sweep   also time each forced GEMV K split (1, 2, 4, 8 warps per row group), with and\n"
                    "            without activations staged through shared memory\n");
             return 0;
         }
         if (!strcmp(a, "--sweep")) {
             p.sweep = 1;
+            continue;
+        }
+        if (!strcmp(a, "--lt-host")) {
+            p.lt_host = 1;
             continue;
         }
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -57,7 +65,7 @@ int nb_cmd_bench_linear(int argc, char **argv)
         int bad = 0;
         if (!strcmp(a, "--tokens")) {
             bad = parse_list(v, p.tokens, NB_BENCH_LINEAR_MAX, &p.n_tokens) != 0;
-            for (int j = 0; j < p.n_tokens; j++) bad |= p.tokens[j] > 16;
+            for (int j = 0; j < p.n_tokens; j++) bad |= p.tokens[j] > 64;
         } else if (!strcmp(a, "--lt-tokens")) {
             bad = parse_list(v, p.lt_tokens, NB_BENCH_LINEAR_MAX, &p.n_lt_tokens) != 0;
             for (int j = 0; j < p.n_lt_tokens; j++) bad |= p.lt_tokens[j] <= 16 || p.lt_tokens[j] > 16384;
@@ -73,7 +81,7 @@ int nb_cmd_bench_linear(int argc, char **argv)
             return 2;
         }
         if (bad) {
-            fprintf(stderr, "bench-linear: bad value '%s' for %s (GEMV tokens 1..16, lt tokens 17..16384, "
+            fprintf(stderr, "bench-linear: bad value '%s' for %s (tokens 1..64, lt tokens 17..16384, "
                     "iters 1..64)\n", v, a);
             return 2;
         }

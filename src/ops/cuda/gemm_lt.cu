@@ -3,18 +3,27 @@
 // Row-major C[M,N] = A[M,K] W[N,K]^T is, read column-major, C^T[N,M] = W[N,K] A^T: so W is
 // cuBLAS's "A" operand transposed (col-major K x N with op T) and A is "B" untransposed
 // (col-major K x M). No copies, only the reinterpretation.
+//
+// Host cost per call: continuous batching changes M (the token count) almost every decode
+// step, and cublasLtMatmulAlgoGetHeuristic costs far more host time than the GEMM of a
+// skinny weight takes on the GPU, so algorithms are cached by M rounded up to a bucket
+// (nb_cuda_gemm_bucket) and the bucket's algorithm runs the exact M. When cuBLASLt refuses it for
+// that M, the exact M is queried once and cached as its own entry. Descriptors and layouts
+// live in the handle and are only re-pointed per call (attribute sets, no creates).
 #include <cublasLt.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
+#include "base/log.h"
 #include "ops/cuda/device.h"
 #include "ops/cuda/gemm_lt.h"
 
-#define NB_GEMM_CACHE 64
+#define NB_GEMM_CACHE 256
 
 typedef struct {
     int M, N, K, lda, ldw, ldc, c_f32, valid;
+    int exact; /* M is the exact token count (the bucket's algorithm was refused for it) */
     cublasLtMatmulAlgo_t algo;
 } nb_gemm_algo_entry;
 
@@ -30,6 +39,10 @@ struct nb_cuda_gemm {
     size_t workspace_bytes;
     nb_gemm_algo_entry cache[NB_GEMM_CACHE];
     int next;
+    int force_exact; /* nb_cuda_gemm_force_exact: key by exact M (the pre-bucket behaviour) */
+    long queries;    /* heuristic queries so far */
+    cublasLtMatmulDesc_t desc;      /* compute F32, W transposed: the same for every call */
+    cublasLtMatrixLayout_t lw, la, lc[2]; /* re-pointed per call; lc[c_is_f32] */
     nb_gemm_buf_entry *bufs; /* owned operand buffers (nb_cuda_gemm_cache_*) */
     int n_bufs, cap_bufs;
     size_t buf_bytes;
@@ -60,7 +73,54 @@ extern "C" nb_status nb_cuda_gemm_create(nb_cuda_gemm **out, size_t workspace_by
         free(g);
         return nb_error(NB_ERR_OUT_OF_MEMORY, "gemm: cannot allocate %zu bytes of workspace", workspace_bytes);
     }
+    nb_status st = NB_OK;
+    cublasOperation_t opT = CUBLAS_OP_T, opN = CUBLAS_OP_N;
+    NB_LT_TRY(cublasLtMatmulDescCreate(&g->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    NB_LT_TRY(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof opT));
+    NB_LT_TRY(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof opN));
+    // Placeholder sizes: every call sets rows, columns and leading dimension.
+    NB_LT_TRY(cublasLtMatrixLayoutCreate(&g->lw, CUDA_R_16BF, 1, 1, 1));
+    NB_LT_TRY(cublasLtMatrixLayoutCreate(&g->la, CUDA_R_16BF, 1, 1, 1));
+    NB_LT_TRY(cublasLtMatrixLayoutCreate(&g->lc[0], CUDA_R_16BF, 1, 1, 1));
+    NB_LT_TRY(cublasLtMatrixLayoutCreate(&g->lc[1], CUDA_R_32F, 1, 1, 1));
+done:
+    if (st != NB_OK) {
+        nb_cuda_gemm_destroy(g);
+        return st;
+    }
     *out = g;
+    return NB_OK;
+}
+
+extern "C" void nb_cuda_gemm_force_exact(nb_cuda_gemm *g, int exact)
+{
+    if (g->force_exact != !!exact) {
+        for (int i = 0; i < NB_GEMM_CACHE; i++) g->cache[i].valid = 0;
+        g->next = 0;
+    }
+    g->force_exact = !!exact;
+}
+
+extern "C" long nb_cuda_gemm_queries(const nb_cuda_gemm *g) { return g->queries; }
+
+extern "C" int nb_cuda_gemm_bucket(int M)
+{
+    // Coarse enough that a continuous-batching decode (M drifting by a few tokens a step)
+    // stays in one bucket for many steps; fine enough that the tile shape the heuristic
+    // picks for the bucket's top still suits its bottom (a factor <= 1.125 from 512 on).
+    if (M <= 16) return M;
+    if (M <= 512) return (M + 63) / 64 * 64;
+    if (M <= 4096) return (M + 127) / 128 * 128;
+    return (M + 1023) / 1024 * 1024;
+}
+
+static nb_status set_layout(cublasLtMatrixLayout_t l, uint64_t rows, uint64_t cols, int64_t ld)
+{
+    if (cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_ROWS, &rows, sizeof rows) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof cols) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_LD, &ld, sizeof ld) != CUBLAS_STATUS_SUCCESS)
+        return nb_error(NB_ERR_CUDA, "gemm: cannot set a matrix layout to %llu x %llu (ld %lld)",
+                        (unsigned long long)rows, (unsigned long long)cols, (long long)ld);
     return NB_OK;
 }
 
@@ -69,9 +129,52 @@ extern "C" void nb_cuda_gemm_destroy(nb_cuda_gemm *g)
     if (!g) return;
     for (int i = 0; i < g->n_bufs; i++) cudaFree(g->bufs[i].buf);
     free(g->bufs);
+    if (g->lc[1]) cublasLtMatrixLayoutDestroy(g->lc[1]);
+    if (g->lc[0]) cublasLtMatrixLayoutDestroy(g->lc[0]);
+    if (g->la) cublasLtMatrixLayoutDestroy(g->la);
+    if (g->lw) cublasLtMatrixLayoutDestroy(g->lw);
+    if (g->desc) cublasLtMatmulDescDestroy(g->desc);
     cudaFree(g->workspace);
     cublasLtDestroy(g->lt);
     free(g);
+}
+
+// The cached entry for (M, N, K, ...) or NULL.
+static nb_gemm_algo_entry *find(nb_cuda_gemm *g, int M, int exact, int N, int K, int lda, int ldw, int ldc, int c_f32)
+{
+    for (int i = 0; i < NB_GEMM_CACHE; i++) {
+        nb_gemm_algo_entry *e = &g->cache[i];
+        if (e->valid && e->M == M && e->exact == exact && e->N == N && e->K == K && e->lda == lda &&
+            e->ldw == ldw && e->ldc == ldc && e->c_f32 == c_f32)
+            return e;
+    }
+    return NULL;
+}
+
+// Asks the heuristic for the layouts currently set (rows = Mq) and caches the answer.
+static nb_status query(nb_cuda_gemm *g, int Mq, int exact, int N, int K, int lda, int ldw, int ldc, int c_f32,
+                       nb_gemm_algo_entry **out)
+{
+    nb_status st = NB_OK;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    cublasLtMatrixLayout_t lc = g->lc[c_f32 ? 1 : 0];
+    NB_LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
+    NB_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &g->workspace_bytes,
+                                                   sizeof g->workspace_bytes));
+    NB_LT_TRY(cublasLtMatmulAlgoGetHeuristic(g->lt, g->desc, g->lw, g->la, lc, lc, pref, 1, &res, &found));
+    g->queries++;
+    if (!found) {
+        st = nb_error(NB_ERR_UNSUPPORTED, "gemm: cuBLASLt has no algorithm for M=%d N=%d K=%d", Mq, N, K);
+        goto done;
+    }
+    *out = &g->cache[g->next];
+    g->next = (g->next + 1) % NB_GEMM_CACHE;
+    **out = (nb_gemm_algo_entry){Mq, N, K, lda, ldw, ldc, c_f32, 1, exact, res.algo};
+done:
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    return st;
 }
 
 extern "C" nb_status nb_cuda_gemm_bf16(nb_cuda_gemm *g, void *stream, int M, int N, int K, const void *A,
@@ -82,51 +185,32 @@ extern "C" nb_status nb_cuda_gemm_bf16(nb_cuda_gemm *g, void *stream, int M, int
         return nb_error(NB_ERR_INVALID_ARG, "gemm: bad shape M=%d N=%d K=%d lda=%d ldw=%d ldc=%d", M, N, K,
                         lda, ldw, ldc);
     nb_status st = NB_OK;
-    cublasLtMatmulDesc_t desc = NULL;
-    cublasLtMatrixLayout_t lw = NULL, la = NULL, lc = NULL;
-    cublasLtMatmulPreference_t pref = NULL;
-    cudaDataType_t ct = c_is_f32 ? CUDA_R_32F : CUDA_R_16BF;
-    cublasOperation_t opT = CUBLAS_OP_T, opN = CUBLAS_OP_N;
-    nb_gemm_algo_entry *hit = NULL;
-
-    NB_LT_TRY(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    NB_LT_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof opT));
-    NB_LT_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof opN));
-    NB_LT_TRY(cublasLtMatrixLayoutCreate(&lw, CUDA_R_16BF, K, N, ldw)); // W^T viewed col-major K x N
-    NB_LT_TRY(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, K, M, lda)); // A^T viewed col-major K x M
-    NB_LT_TRY(cublasLtMatrixLayoutCreate(&lc, ct, N, M, ldc));
-
-    for (int i = 0; i < NB_GEMM_CACHE; i++) {
-        nb_gemm_algo_entry *e = &g->cache[i];
-        if (e->valid && e->M == M && e->N == N && e->K == K && e->lda == lda && e->ldw == ldw &&
-            e->ldc == ldc && e->c_f32 == c_is_f32) {
-            hit = e;
-            break;
-        }
-    }
+    const int cf = c_is_f32 ? 1 : 0;
+    cublasLtMatrixLayout_t lc = g->lc[cf];
+    const int Mb = g->force_exact ? M : nb_cuda_gemm_bucket(M);
+    NB_TRY(set_layout(g->lw, (uint64_t)K, (uint64_t)N, ldw)); // W^T viewed col-major K x N
+    nb_gemm_algo_entry *hit = find(g, M, 1, N, K, lda, ldw, ldc, cf);
+    if (!hit) hit = find(g, Mb, 0, N, K, lda, ldw, ldc, cf);
     if (!hit) {
-        cublasLtMatmulHeuristicResult_t res;
-        int found = 0;
-        NB_LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
-        NB_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                       &g->workspace_bytes, sizeof g->workspace_bytes));
-        NB_LT_TRY(cublasLtMatmulAlgoGetHeuristic(g->lt, desc, lw, la, lc, lc, pref, 1, &res, &found));
-        if (!found) {
-            st = nb_error(NB_ERR_UNSUPPORTED, "gemm: cuBLASLt has no algorithm for M=%d N=%d K=%d", M, N, K);
-            goto done;
-        }
-        hit = &g->cache[g->next];
-        g->next = (g->next + 1) % NB_GEMM_CACHE;
-        *hit = (nb_gemm_algo_entry){M, N, K, lda, ldw, ldc, c_is_f32, 1, res.algo};
+        // Query at the bucket's top: layouts sized for Mb (A is only described, not read).
+        NB_TRY(set_layout(g->la, (uint64_t)K, (uint64_t)Mb, lda));
+        NB_TRY(set_layout(lc, (uint64_t)N, (uint64_t)Mb, ldc));
+        NB_TRY(query(g, Mb, Mb == M && g->force_exact, N, K, lda, ldw, ldc, cf, &hit));
     }
-    NB_LT_TRY(cublasLtMatmul(g->lt, desc, &alpha, W, lw, A, la, &beta, C, lc, C, lc, &hit->algo, g->workspace,
-                             g->workspace_bytes, (cudaStream_t)stream));
-done:
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (lc) cublasLtMatrixLayoutDestroy(lc);
-    if (la) cublasLtMatrixLayoutDestroy(la);
-    if (lw) cublasLtMatrixLayoutDestroy(lw);
-    if (desc) cublasLtMatmulDescDestroy(desc);
+    NB_TRY(set_layout(g->la, (uint64_t)K, (uint64_t)M, lda)); // A^T viewed col-major K x M
+    NB_TRY(set_layout(lc, (uint64_t)N, (uint64_t)M, ldc));
+    cublasStatus_t r = cublasLtMatmul(g->lt, g->desc, &alpha, W, g->lw, A, g->la, &beta, C, lc, C, lc, &hit->algo,
+                                      g->workspace, g->workspace_bytes, (cudaStream_t)stream);
+    if (r != CUBLAS_STATUS_SUCCESS && !hit->exact) {
+        // The bucket's algorithm does not take this M: ask for the exact M once.
+        NB_LOG_DEBUG("cuda", "gemm: bucket M=%d algorithm refused for M=%d N=%d K=%d (status %d): exact query",
+                     hit->M, M, N, K, (int)r);
+        NB_TRY(query(g, M, 1, N, K, lda, ldw, ldc, cf, &hit));
+        r = cublasLtMatmul(g->lt, g->desc, &alpha, W, g->lw, A, g->la, &beta, C, lc, C, lc, &hit->algo, g->workspace,
+                           g->workspace_bytes, (cudaStream_t)stream);
+    }
+    if (r != CUBLAS_STATUS_SUCCESS)
+        st = nb_error(NB_ERR_CUDA, "gemm: cublasLtMatmul failed for M=%d N=%d K=%d: cuBLAS status %d", M, N, K, (int)r);
     return st;
 }
 

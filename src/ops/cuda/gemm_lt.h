@@ -1,7 +1,9 @@
 /* Dense BF16 GEMMs through cuBLASLt, in PyTorch's Linear layout:
  *   C[M,N] = alpha * A[M,K] · W[N,K]^T + beta * C      (all row-major)
  * A and W are BF16; C is BF16 or F32. Algorithms come from cuBLASLt's heuristic, cached
- * per shape. cuBLASLt is also the upper bound every hand-written dense kernel is judged
+ * per shape with M rounded up to a bucket (nb_cuda_gemm_bucket), so that a token count that
+ * changes every step does not query again; an M the bucket's algorithm refuses is queried
+ * exactly, once. cuBLASLt is also the upper bound every hand-written dense kernel is judged
  * against (bench-gemm). Test: tests/cuda_ops/test_gemm_lt.c (label gpu). */
 #ifndef NB_OPS_CUDA_GEMM_LT_H
 #define NB_OPS_CUDA_GEMM_LT_H
@@ -22,6 +24,14 @@ void nb_cuda_gemm_destroy(nb_cuda_gemm *g);
 /* Leading dimensions in elements (lda >= K, ldw >= K, ldc >= N). stream: a cudaStream_t. */
 nb_status nb_cuda_gemm_bf16(nb_cuda_gemm *g, void *stream, int M, int N, int K, const void *A, int lda,
                             const void *W, int ldw, void *C, int ldc, int c_is_f32, float alpha, float beta);
+
+/* M as the algorithm cache keys it: exact up to 16, then rounded up to 64, 128 or 1024. */
+int nb_cuda_gemm_bucket(int M);
+/* 1: key the cache by exact M (a heuristic query for every new M: the behaviour before
+ * buckets, kept for A/B timing); 0: buckets (default). Changing it empties the cache. */
+void nb_cuda_gemm_force_exact(nb_cuda_gemm *g, int exact);
+/* Heuristic queries issued by this handle so far (tests, bench-linear). */
+long nb_cuda_gemm_queries(const nb_cuda_gemm *g);
 
 /* Device buffers the handle owns, found by (key, bytes): BF16 expansions of weights kept as
  * GEMM operands (ops/cuda/linear.h). put takes ownership of `buf` (cudaMalloc'd) or

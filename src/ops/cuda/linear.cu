@@ -1,6 +1,6 @@
 // CUDA dense linear layers and the SwiGLU MLP over weights in any nb_weight format.
-// Two paths, chosen by nb_cuda_linear_should_use_lt (cuda_ops.h); ops/cuda/linear.h has the
-// ladder and the knobs:
+// Three paths (nb_cuda_linear_path_name); ops/cuda/linear.h has the ladder and the knobs:
+//   mma:  BF16 weights at 3..64 tokens: the tensor-core skinny GEMM of linear_mma.cu.
 //   gemv: up to 16 tokens, float32 products (the CPU op's arithmetic). BF16 and NVFP4 rows
 //         run the vector kernel of linear_gemv.cu (16-byte loads, rows per warp by T,
 //         split-K when rows are few); other formats and odd layouts the generic kernel
@@ -141,22 +141,46 @@ __global__ void k_add_bias(float *y, int64_t ldy, const float *bias, int64_t n)
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) y[blockIdx.x * ldy + j] += bias[j];
 }
 
-extern "C" int nb_cuda_linear_should_use_lt(int64_t tokens, nb_wfmt fmt)
+static int env_forced(void)
 {
-    static int forced = -1; /* -1: not read yet; 0 none; 1 gemv; 2 lt */
+    static int forced = -1; /* -1: not read yet; 0 none; 1 gemv; 2 lt; 3 mma */
     if (forced < 0) {
         const char *e = getenv("NIBBLE_CUDA_LINEAR");
-        forced = e && !strcmp(e, "gemv") ? 1 : e && !strcmp(e, "lt") ? 2 : 0;
+        forced = !e ? 0 : !strcmp(e, "gemv") ? 1 : !strcmp(e, "lt") ? 2 : !strcmp(e, "mma") ? 3 : 0;
+        if (forced == 3) nb_cuda_linear_force_mma(2);
     }
-    if (forced) return forced == 2;
+    return forced;
+}
+
+extern "C" int nb_cuda_linear_should_use_lt(int64_t tokens, nb_wfmt fmt)
+{
+    const int forced = env_forced();
+    if (forced == 1 || forced == 2) return forced == 2;
     (void)fmt;
     return tokens > NB_CUDA_LINEAR_GEMV_MAX_TOKENS;
+}
+
+// 0 gemv, 1 lt, 2 mma.
+static int pick(const nb_weight *w, const float *x, int64_t ldx, int64_t T)
+{
+    const int forced = env_forced();
+    if (forced != 1 && forced != 2 && nb_cuda_linear_mma_can(w, x, ldx, T)) return 2;
+    return nb_cuda_linear_should_use_lt(T, w->fmt);
+}
+
+extern "C" const char *nb_cuda_linear_path_name(const nb_weight *w, const float *x, int64_t ldx, int64_t T)
+{
+    static const char *const names[] = {"gemv", "lt", "mma"};
+    return names[pick(w, x, ldx, T)];
 }
 
 // Rows per warp: 1 for a token or two (every warp streams its own row: more warps in flight
 // on narrow matrices), NB_GEMV_ROWS for more tokens (activations reused across rows).
 #define NB_GEMV_ROWS 4
 #define NB_GEMV_ROWS_MIN_TOKENS 3
+
+extern "C" nb_status nb_cuda_linear_mma(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T, const nb_weight *w,
+                                        float *y, int64_t ldy, int accumulate);
 
 static nb_status gemv(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T, const nb_weight *w, float *y,
                       int64_t ldy, int accumulate)
@@ -277,8 +301,11 @@ nb_status nb_cuda_linear_raw(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64
                              int64_t ldy, int accumulate)
 {
     if (T == 0) return NB_OK;
-    if (nb_cuda_linear_should_use_lt(T, w->fmt)) return lt(ctx, x, ldx, T, w, y, ldy, accumulate);
-    return gemv(ctx, x, ldx, T, w, y, ldy, accumulate);
+    switch (pick(w, x, ldx, T)) {
+    case 2: return nb_cuda_linear_mma(ctx, x, ldx, T, w, y, ldy, accumulate);
+    case 1: return lt(ctx, x, ldx, T, w, y, ldy, accumulate);
+    default: return gemv(ctx, x, ldx, T, w, y, ldy, accumulate);
+    }
 }
 
 extern "C" nb_status nb_cuda_linear(nb_ops_ctx *ctx, const nb_tensor *x, const nb_weight *w, nb_tensor *y)

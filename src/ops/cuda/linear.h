@@ -2,7 +2,11 @@
  * lab (`nibble bench-linear`): which GEMV shape runs, how many BF16 terms the cuBLASLt path
  * splits activations into. C-only; the op itself is nb_op_linear (ops.h).
  *
- * Paths, read top to bottom (nb_cuda_linear_should_use_lt, then the GEMV plan):
+ * Paths, read top to bottom (nb_cuda_linear_path_name names the one a call takes):
+ *   BF16 weights (16-byte aligned rows, K a multiple of 32) at NB_CUDA_LINEAR_MMA_MIN_TOKENS
+ *     <= T <= NB_CUDA_LINEAR_MMA_MAX_TOKENS: the tensor-core skinny GEMM (linear_mma.cu):
+ *     weights as mma.sync A operands straight from global memory, activations as two BF16
+ *     terms (hi + lo, ~16 mantissa bits: within the float32 tolerance), split-K.
  *   T <= NB_CUDA_LINEAR_GEMV_MAX_TOKENS: GEMV, float32 products, the CPU op's arithmetic.
  *     BF16 / NVFP4 rows that are 16-byte aligned run the vector GEMV: each lane loads 16
  *     bytes per row per step (8 BF16 or 32 NVFP4 weights), several steps in flight, R rows
@@ -40,6 +44,37 @@ void nb_cuda_linear_force_ksplit(int ksplit);
 /* staged: 1 never stage activations through shared memory, 2 always (when it fits). */
 void nb_cuda_linear_force_staged(int staged);
 void nb_cuda_linear_force_terms(int terms);
+
+/* The tensor-core skinny GEMM for BF16 weights (linear_mma.cu). From 3 tokens it beats the
+ * float32 GEMV (instruction-bound there); up to 64 it streams the weight once where
+ * cuBLASLt's tiles do not. */
+#define NB_CUDA_LINEAR_MMA_MIN_TOKENS 3
+#define NB_CUDA_LINEAR_MMA_MAX_TOKENS 64
+
+/* The launch plan of one call: token_tiles n8 tiles (T <= 8 * token_tiles), terms BF16
+ * activation terms, warps per block (16 rows each), blocks_n along the rows, ksplit K ranges
+ * of kr elements each (ksplit > 1: partial sums in scratch, a second kernel adds them), smem
+ * dynamic shared bytes. */
+typedef struct nb_cuda_mma_plan {
+    int token_tiles, terms, warps, blocks_n, ksplit;
+    int64_t kr;
+    size_t smem;
+} nb_cuda_mma_plan;
+nb_cuda_mma_plan nb_cuda_mma_plan_for(const nb_weight *w, int64_t T, int sm_count);
+
+/* Whether a call goes to the skinny GEMM: a BF16 weight with 16-byte aligned rows and K % 32
+ * == 0, activations (x may be NULL: not checked) 16-byte aligned with ldx % 4 == 0, and T in
+ * range (NB_CUDA_LINEAR_MMA_MIN_TOKENS unless forced). */
+int nb_cuda_linear_mma_can(const nb_weight *w, const float *x, int64_t ldx, int64_t T);
+/* mma: 0 automatic, 1 never (the GEMV / cuBLASLt ladder as before it), 2 for every T in
+ * 1..NB_CUDA_LINEAR_MMA_MAX_TOKENS it supports. terms: 0 automatic (2), 2 or 3 (exact float32
+ * activations; NIBBLE_CUDA_LINEAR_MMA_TERMS=2|3 does the same from the environment). */
+void nb_cuda_linear_force_mma(int mode);
+void nb_cuda_linear_force_mma_terms(int terms);
+
+/* The path a call with these arguments takes: "mma", "gemv" or "lt" (NIBBLE_CUDA_LINEAR=
+ * gemv|lt|mma forces one; mma falls back to the ladder where it cannot run). */
+const char *nb_cuda_linear_path_name(const nb_weight *w, const float *x, int64_t ldx, int64_t T);
 
 /* BF16 copies cached for NB_WEIGHT_RESIDENT weights on a context: count and bytes. The
  * cache grows while free device memory stays above NIBBLE_CUDA_LINEAR_CACHE_RESERVE_MB

@@ -1,14 +1,16 @@
 // Lab timing of the CUDA linear op (tools/lab/linear_bench.h).
-// Exercise: nibble bench-linear [--tokens 1,2,10] [--lt-tokens 512,4096] [--sweep]
+// Exercise: nibble bench-linear [--tokens 1,2,10,64] [--lt-tokens 512,4096] [--sweep] [--lt-host]
 // Weights are random bits generated on the device (BF16 drawn in [-2, 2], NVFP4 codes any,
 // E4M3 scales normal), so only time is measured here; tests/cuda_ops checks the values.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/error.h"
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/gemm_lt.h"
 #include "ops/cuda/linear.h"
 #include "tools/lab/linear_bench.h"
 
@@ -20,6 +22,7 @@ typedef struct {
 // GLM-5's dense layers (hidden 6144): out x in.
 static const lb_shape lb_shapes[] = {
     {"q_a 6144->2048", 2048, 6144},
+    {"kv_a 6144->576", 576, 6144},
     {"q_b 2048->16384", 16384, 2048},
     {"o 16384->6144", 6144, 16384},
     {"gate_up 6144->24576", 24576, 6144},
@@ -27,7 +30,7 @@ static const lb_shape lb_shapes[] = {
     {"lm_head 6144->154880", 154880, 6144},
 };
 #define LB_NSHAPES ((int)(sizeof lb_shapes / sizeof lb_shapes[0]))
-#define LB_LT_SHAPES 5 // the lm_head is left out of the many-token rows (its output alone is GBs)
+#define LB_LT_SHAPES 6 // the lm_head is left out of the many-token rows (its output alone is GBs)
 
 __device__ __forceinline__ uint32_t lb_hash(uint64_t x)
 {
@@ -222,26 +225,88 @@ static void lb_gemv_rows(lb_env *E, int nvfp4, const lb_shape *sh, const nb_benc
     const char *fmt = nvfp4 ? "nvfp4" : "bf16";
     for (int ti = 0; ti < p->n_tokens; ti++) {
         const int64_t T = p->tokens[ti];
-        // The automatic plan first; with --sweep every K split with and without staging.
-        for (int v = 0; v <= (p->sweep ? 8 : 0); v++) {
-            const int ks = v ? 1 << ((v - 1) / 2) : 0, stg = v ? 1 + (v - 1) % 2 : 0;
+        // The automatic route first; where that is the skinny GEMM, also the route before it
+        // (GEMV or cuBLASLt, "mma off") and the GEMM with three activation terms; with --sweep
+        // every GEMV K split with and without staging.
+        for (int v = -2; v <= (p->sweep ? 8 : 0); v++) {
+            const int ks = v > 0 ? 1 << ((v - 1) / 2) : 0, stg = v > 0 ? 1 + (v - 1) % 2 : 0;
+            const int mma_auto = nb_cuda_linear_mma_can(&ws[0], E->x, ws[0].k, T);
+            if (v < 0 && !mma_auto) continue;
+            nb_cuda_linear_force_mma(v == -1 || v > 0 ? 1 : 0);
+            nb_cuda_linear_force_mma_terms(v == -2 ? 3 : 0);
             nb_cuda_linear_force_ksplit(ks);
             nb_cuda_linear_force_staged(stg);
+            const char *route = nb_cuda_linear_path_name(&ws[0], E->x, ws[0].k, T);
             nb_cuda_gemv_plan pl = nb_cuda_gemv_plan_for(&ws[0], T, E->sm_count);
-            if (v && (pl.ksplit != ks || pl.staged != (stg == 2))) continue; // does not fit
+            if (v > 0 && (!pl.vector || pl.ksplit != ks || pl.staged != (stg == 2))) continue; // does not fit
             char path[48];
-            if (pl.vector)
+            const char *tag = v == -1 ? " (mma off)" : v > 0 ? " (forced)" : "";
+            if (!strcmp(route, "mma")) {
+                nb_cuda_mma_plan mp = nb_cuda_mma_plan_for(&ws[0], T, E->sm_count);
+                snprintf(path, sizeof path, "mma %dt ks=%d", mp.terms, mp.ksplit);
+            } else if (!strcmp(route, "lt")) {
+                snprintf(path, sizeof path, "lt 1 term%s", tag);
+            } else if (pl.vector) {
                 snprintf(path, sizeof path, "gemv%s R=%d W=%d%s", pl.staged ? " stg" : "", pl.rows_per_warp, pl.ksplit,
-                         v ? " (forced)" : "");
-            else
-                snprintf(path, sizeof path, "%s", T > NB_CUDA_LINEAR_GEMV_MAX_TOKENS ? "lt" : "gemv generic");
+                         tag);
+            } else {
+                snprintf(path, sizeof path, "gemv generic%s", tag);
+            }
             int graphed = 0;
             double us = lb_time(E, ws, copies, T, &graphed);
             lb_print(E, fmt, sh, T, path, wbytes, us, graphed);
         }
+        nb_cuda_linear_force_mma(0);
+        nb_cuda_linear_force_mma_terms(0);
         nb_cuda_linear_force_ksplit(0);
         nb_cuda_linear_force_staged(0);
     }
+}
+
+static double lb_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
+}
+
+// Host cost of the cuBLASLt path when the token count changes every call, as in a
+// continuous-batching decode above the graph sizes: eager calls at T = t0 .. t0 + count - 1
+// on one weight, host time to enqueue each (mean) and wall time per call (one sync at the
+// end), with algorithms keyed by exact T (before) and by T bucket (cold, then warm).
+static void lb_lt_host(lb_env *E, const lb_shape *sh, const nb_weight *w, int t0, int count)
+{
+    nb_cuda_gemm *g = nb_cuda_st(E->ctx)->gemm;
+    cudaStream_t s = nb_cuda_stream(E->ctx);
+    nb_cuda_linear_force_terms(1);
+    for (int pass = 0; pass < 3; pass++) {
+        nb_cuda_gemm_force_exact(g, pass == 0);
+        const long q0 = nb_cuda_gemm_queries(g);
+        double host = 0;
+        int bad = 0;
+        cudaStreamSynchronize(s);
+        const double w0 = lb_now_us();
+        for (int i = 0; i < count && !bad; i++) {
+            const int64_t T = t0 + i;
+            nb_tensor x = nb_tensor_2d(E->x, NB_DTYPE_F32, T, sh->k), y = nb_tensor_2d(E->y, NB_DTYPE_F32, T, sh->n);
+            x.device = y.device = NB_DEVICE_CUDA;
+            const double h0 = lb_now_us();
+            bad = nb_op_linear(E->ctx, &x, w, &y) != NB_OK;
+            host += lb_now_us() - h0;
+        }
+        bad |= cudaStreamSynchronize(s) != cudaSuccess;
+        const double wall = lb_now_us() - w0;
+        if (bad) {
+            printf("lt host  %-22s T=%d..%d  failed: %s\n", sh->name, t0, t0 + count - 1, nb_last_error());
+            break;
+        }
+        printf("lt host  %-22s T=%d..%d  %-18s host %8.1f us/call  wall %8.1f us/call  heuristic queries %ld\n",
+               sh->name, t0, t0 + count - 1, pass == 0 ? "exact-T keys" : pass == 1 ? "T buckets (cold)" : "T buckets (warm)",
+               host / count, wall / count, nb_cuda_gemm_queries(g) - q0);
+        fflush(stdout);
+    }
+    nb_cuda_gemm_force_exact(g, 0);
+    nb_cuda_linear_force_terms(0);
 }
 
 static void lb_lt_rows(lb_env *E, int nvfp4, const lb_shape *sh, const nb_bench_linear_params *p, nb_weight *ws,
@@ -295,14 +360,14 @@ extern "C" nb_status nb_bench_linear_run(const nb_bench_linear_params *p)
            dev, E.copy_GBps, E.bf16_TFLOPs);
     NB_TRY(nb_ops_ctx_new_cuda(0, &E.ctx));
     E.sm_count = nb_cuda_st(E.ctx)->sm_count;
-    int64_t maxT = 16, maxk = 0, maxn = 0;
-    for (int i = 0; i < p->n_tokens; i++) maxT = p->tokens[i] > maxT ? p->tokens[i] : maxT;
+    int64_t maxT = p->lt_host ? 1000 : 16, maxk = 0, maxn = 0, gemv_T = 16;
+    for (int i = 0; i < p->n_tokens; i++) gemv_T = p->tokens[i] > gemv_T ? p->tokens[i] : gemv_T;
+    maxT = gemv_T > maxT ? gemv_T : maxT;
     for (int i = 0; i < p->n_lt_tokens; i++) maxT = p->lt_tokens[i] > maxT ? p->lt_tokens[i] : maxT;
     for (int i = 0; i < LB_NSHAPES; i++) {
         maxk = lb_shapes[i].k > maxk ? lb_shapes[i].k : maxk;
         if (i < LB_LT_SHAPES) maxn = lb_shapes[i].n > maxn ? lb_shapes[i].n : maxn;
     }
-    const int64_t gemv_T = 16;
     const size_t xb = (size_t)(maxT * maxk) * 4;
     const size_t yb = (size_t)NB_MAX(maxT * maxn, gemv_T * lb_shapes[LB_NSHAPES - 1].n) * 4;
     nb_status st = NB_OK;
@@ -321,6 +386,7 @@ extern "C" nb_status nb_bench_linear_run(const nb_bench_linear_params *p)
             void *data = NULL, *scale = NULL;
             double wbytes = 0;
             st = lb_weights(&E, f, &lb_shapes[si], ws, &copies, &data, &scale, &wbytes);
+            if (st == NB_OK && p->lt_host && f == 0 && si == 0) lb_lt_host(&E, &lb_shapes[si], &ws[0], 600, 200);
             if (st == NB_OK) {
                 lb_gemv_rows(&E, f, &lb_shapes[si], p, ws, copies, wbytes);
                 if (si < LB_LT_SHAPES) lb_lt_rows(&E, f, &lb_shapes[si], p, ws, copies, wbytes);
