@@ -441,11 +441,13 @@ static void mla_case_ex(nb_mla_mode mode, int sparse, nb_wfmt kvfmt, nb_mla_dims
     NB_CHECK_OK(nb_op_mla_attention(tu_gpu, mode, &d, &dq, &dl, &dp, &kvb.d, &ix.d, sparse ? &ds : NULL, 0.07f, &dout));
     tu_down(&dout, ob);
     char name[128];
-    snprintf(name, sizeof name, "mla %s%s kv_b %s%s, %d heads, rank %d, T=%d",
+    const int mma = nb_cuda_mla_uses_mma(&d);
+    snprintf(name, sizeof name, "mla%s %s%s kv_b %s%s, %d heads, rank %d, T=%d", mma ? " mma" : "",
              mode == NB_MLA_NAIVE ? "naive" : "absorbed", sparse ? " sparse" : "", tu_fmt_name(kvfmt),
              reg ? " (registered)" : "", d.n_heads, d.kv_lora_rank, T);
     const int bf16_gemm = kvfmt == NB_WFMT_BF16 || kvfmt == NB_WFMT_NVFP4;
-    tu_compare(name, o, ob, on, bf16_gemm ? NB_TOL_LT_BF16W : NB_TOL_F32);
+    /* the tensor-core kernel rounds q, the latent rows and the probabilities to BF16 */
+    tu_compare(name, o, ob, on, mma ? NB_TOL_BF16 : bf16_gemm ? NB_TOL_LT_BF16W : NB_TOL_F32);
     /* registered forms are keyed by the weight's address, which tu_free_all hands back */
     if (reg) nb_cuda_mla_release(tu_gpu);
     free(pool), free(q), free(o), free(ob), free(sp), free(sc);
@@ -459,8 +461,10 @@ static void mla_case(nb_mla_mode mode, int sparse, nb_wfmt kvfmt)
     mla_case_ex(mode, sparse, kvfmt, d, 0, 0);
 }
 
-static void test_mla(void)
+/* Every case on one attention kernel (mla.h: NB_CUDA_MLA_F32 / NB_CUDA_MLA_MMA). */
+static void mla_cases(int kernel)
 {
+    nb_cuda_mla_force_kernel(kernel);
     tu_seed(14);
     mla_case(NB_MLA_ABSORBED, 0, NB_WFMT_BF16);
     mla_case(NB_MLA_NAIVE, 0, NB_WFMT_BF16);
@@ -481,6 +485,13 @@ static void test_mla(void)
     mla_case_ex(NB_MLA_ABSORBED, 1, NB_WFMT_NVFP4, d8, 1, 1);
     mla_case_ex(NB_MLA_ABSORBED, 0, NB_WFMT_F32, glm5, 1, 0);
     nb_cuda_mla_force_token_tile(0);
+    nb_cuda_mla_force_kernel(-1);
+}
+
+static void test_mla(void)
+{
+    mla_cases(NB_CUDA_MLA_F32);
+    mla_cases(NB_CUDA_MLA_MMA); /* tiny's rank 32 and every other shape here take it */
 }
 
 /* Host recomputation of a DSA score in double, to judge a disagreement as a near-tie. */

@@ -10,6 +10,7 @@
  * registration) for the before/after table in bench/RESULTS.md.
  * Run on the GPU machine: build-<name>/tests/test_cuda_vs_cpu_mla_timing [ctx]. */
 #include <cuda_runtime.h>
+#include <string.h>
 
 #include "base/clock.h"
 #include "cuda_test_util.h"
@@ -79,7 +80,7 @@ static double graph_ms(const mla_call *c, int iters)
     return gms;
 }
 
-static void time_batch(int B, int ctx, nb_wfmt fmt)
+static void time_batch(int B, int ctx, nb_wfmt fmt, int kernel)
 {
     const nb_mla_dims d = {64, 192, 64, 256, 512};
     const int qk = d.qk_nope + d.qk_rope, rw = d.kv_lora_rank + d.qk_rope;
@@ -122,16 +123,21 @@ static void time_batch(int B, int ctx, nb_wfmt fmt)
     dout.data = tu_poisoned(on * 4);
     dout.device = NB_DEVICE_CUDA;
     const float scale = 0.0625f;
+    const char *kname = "";
 #ifndef NB_MLA_TIMING_OLD
     NB_CHECK_OK(nb_cuda_mla_register(tu_gpu, &kvb.d, &d));
+    nb_cuda_mla_force_kernel(kernel);
+    kname = nb_cuda_mla_uses_mma(&d) ? " mma" : " f32";
+#else
+    (void)kernel;
 #endif
     NB_CHECK_OK(nb_op_mla_attention(tu_gpu, NB_MLA_ABSORBED, &d, &dq, &dl, &dp, &kvb.d, &di, NULL, scale, &dout));
     if (B <= 10) {
         NB_CHECK_OK(nb_op_mla_attention(tu_cpu, NB_MLA_ABSORBED, &d, &hq, &hl, &hp, &kvb.h, &hi, NULL, scale, &ho));
         tu_down(&dout, ob);
         char name[96];
-        snprintf(name, sizeof name, "mla timing check B=%d ctx %d kv_b %s", B, ctx, tu_fmt_name(fmt));
-        tu_compare(name, o, ob, on, NB_TOL_LT_BF16W);
+        snprintf(name, sizeof name, "mla timing check%s B=%d ctx %d kv_b %s", kname, B, ctx, tu_fmt_name(fmt));
+        tu_compare(name, o, ob, on, !strcmp(kname, " mma") ? NB_TOL_BF16 : NB_TOL_LT_BF16W);
     }
     const int iters = B >= 1000 ? 10 : 50;
     for (int i = 0; i < 3; i++)
@@ -152,9 +158,9 @@ static void time_batch(int B, int ctx, nb_wfmt fmt)
     double flops = 2.0 * B * d.n_heads * ((double)ctx * (rw + d.kv_lora_rank) +
                                           (double)d.kv_lora_rank * (d.qk_nope + d.v_dim));
     fprintf(stderr,
-            "    mla time B=%-5d ctx %d kv_b %s: %8.3f ms/call, graph %8.3f ms  "
+            "    mla time%s B=%-5d ctx %d kv_b %s: %8.3f ms/call, graph %8.3f ms  "
             "(%.1f MB, %.2f GFLOP: %.0f GB/s, %.1f TFLOP/s in the graph)\n",
-            B, ctx, tu_fmt_name(fmt), ms, gms, bytes / 1e6, flops / 1e9, gms > 0 ? bytes / (gms * 1e-3) / 1e9 : 0.0,
+            kname, B, ctx, tu_fmt_name(fmt), ms, gms, bytes / 1e6, flops / 1e9, gms > 0 ? bytes / (gms * 1e-3) / 1e9 : 0.0,
             gms > 0 ? flops / (gms * 1e-3) / 1e12 : 0.0);
 #ifndef NB_MLA_TIMING_OLD
     /* the two absorption GEMMs alone: the rest of the graph time is the attention kernel,
@@ -168,7 +174,8 @@ static void time_batch(int B, int ctx, nb_wfmt fmt)
     NB_CHECK_OK(nb_ops_memset(tu_gpu, call.qb, 0, (size_t)(d.n_heads * T2 * d.qk_nope * 2)));
     NB_CHECK_OK(nb_ops_memset(tu_gpu, call.ob, 0, (size_t)(d.n_heads * T2 * d.kv_lora_rank * 2)));
     const double gemm_ms = graph_ms(&call, iters);
-    fprintf(stderr, "    mla time B=%-5d of which the two batched GEMMs alone: %8.3f ms (graph)\n", B, gemm_ms);
+    fprintf(stderr, "    mla time%s B=%-5d of which the two batched GEMMs alone: %8.3f ms (graph)\n", kname, B, gemm_ms);
+    nb_cuda_mla_force_kernel(-1);
     nb_cuda_mla_release(tu_gpu);
 #endif
     free(pool), free(q), free(pos), free(base), free(table), free(perm), free(o), free(ob);
@@ -192,7 +199,13 @@ int main(int argc, char **argv)
         return 1;
     }
     const int batches[] = {1, 10, 1000};
-    for (size_t i = 0; i < NB_ARRAY_LEN(batches); i++) time_batch(batches[i], ctx, NB_WFMT_BF16);
+    /* the float32 kernel (before) and the tensor-core kernel (after) on the same inputs */
+    for (size_t i = 0; i < NB_ARRAY_LEN(batches); i++) {
+        time_batch(batches[i], ctx, NB_WFMT_BF16, 0);
+#ifndef NB_MLA_TIMING_OLD
+        time_batch(batches[i], ctx, NB_WFMT_BF16, 1);
+#endif
+    }
     nb_ops_ctx_free(tu_gpu);
     nb_ops_ctx_free(tu_cpu);
     fprintf(stderr, "%s\n", nb_test_failures_ ? "FAILED" : "ok");

@@ -1,7 +1,8 @@
 /* MLA on the GPU, internal to ops/cuda (the op itself is nb_cuda_mla_attention in
  * cuda_ops.h). The absorbed form in three steps:
  *   q_lat[h] = q_nope[h] . W_uk[h]            batched GEMM over heads (mla_gemm.cu)
- *   o_lat[h] = softmax(q.[latent|k_pe]) latent  one block per (token, 16 heads, KV split) (mla.cu)
+ *   o_lat[h] = softmax(q.[latent|k_pe]) latent  one block per (token, 16 heads, KV split) (mla.cu),
+ *                                              or (token, 32 heads, KV split) on tensor cores
  *   out[h]   = o_lat[h] . W_uv[h]^T             batched GEMM over heads (mla_gemm.cu)
  * kv_b ([n_heads * (nope + v), rank], per head nope rows of W_uk then v rows of W_uv) is kept
  * per layer in the form the GEMMs read, prepared once by nb_cuda_mla_register (cuda_ops.h),
@@ -44,6 +45,17 @@ nb_status nb_cuda_mla_gemm(nb_ops_ctx *ctx, int bf16, int trans_a, int m, int n,
 #define NB_CUDA_MLA_TOKEN_TILE 1024
 /* Tests: a smaller tile (0: back to NB_CUDA_MLA_TOKEN_TILE). */
 void nb_cuda_mla_force_token_tile(int tokens);
+
+/* The attention step's kernel: float32 on CUDA cores, or BF16 mma.sync (q, the latent rows
+ * and the probabilities rounded to BF16; scores, softmax and sums in F32). The default is
+ * NB_CUDA_MLA_MMA; NIBBLE_CUDA_MLA=f32 in the environment selects the float32 kernel. */
+#define NB_CUDA_MLA_F32 0
+#define NB_CUDA_MLA_MMA 1
+/* Tests and timings: force a kernel (anything else: back to the environment / default). */
+void nb_cuda_mla_force_kernel(int kernel);
+/* 1 when a call with these dims runs the tensor-core kernel (selected, and its shapes: rank a
+ * multiple of 32 up to 512), else 0 (float32 kernel). */
+int nb_cuda_mla_uses_mma(const nb_mla_dims *d);
 
 #ifdef __cplusplus
 }
