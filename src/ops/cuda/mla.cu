@@ -10,6 +10,8 @@
 // Exercised by tests/cuda_ops/test_cuda_vs_cpu.c (mla*), timed by
 // tests/cuda_ops/test_cuda_vs_cpu_mla_timing.c.
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/mla.h"
@@ -239,6 +241,236 @@ __global__ void __launch_bounds__(MLA_THREADS) k_mla_attend(mla_args a)
     }
 }
 
+// ---- tensor-core variant (mla.h nb_cuda_mla_uses_mma says when it runs) -------------------
+// One block per (token, 32 heads, KV split), 8 warps. Warp w owns head tile mt = w & 1 (16
+// heads: the M dimension of mma.sync m16n8k16) and quarter qd = w >> 1. Per chunk of 32
+// attended rows: the rows are converted F32 -> BF16 into shared memory once for the block
+// (row pitch Dk + 8 elements: ldmatrix rows land on distinct banks); warp (mt, qd) computes
+// the scores of its 16 heads x the 8 positions of quarter qd over [latent | k_pe] (q in BF16)
+// into shared memory; every warp then reads its heads' 32 scores back as the A operand of
+// P.latent (online softmax in registers, P in BF16) and accumulates latent columns
+// [qd * r / 4, (qd + 1) * r / 4). Rows, softmax statistics and outputs stay F32.
+#define MMA_G 32
+#define MMA_P 32
+#define MMA_THREADS 256
+#define MMA_NT 16 /* n8 tiles of the output per warp: r / 32, so r <= 512 */
+#define MMA_SCL (MMA_P + 1)
+
+__device__ __forceinline__ uint32_t mma_pack(float lo, float hi)
+{
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+__device__ __forceinline__ void mma_16816(float *c, const uint32_t *a, uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t *r, const void *p)
+{
+    unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+}
+
+__device__ __forceinline__ void ldsm_x2(uint32_t *r, const void *p)
+{
+    unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(s));
+}
+
+__device__ __forceinline__ void ldsm_x2_t(uint32_t *r, const void *p)
+{
+    unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(s));
+}
+
+__global__ void __launch_bounds__(MMA_THREADS, 1) k_mla_attend_mma(mla_args a)
+{
+    extern __shared__ float4 sh4[];
+    const int D = a.r + a.rope, Dk = (D + 15) & ~15, Ld = Dk + 8;
+    float *sc = (float *)sh4;                     /* [G][SCL] scaled scores */
+    int *rowid = (int *)(sc + MMA_G * MMA_SCL);   /* [P] */
+    uint16_t *qs = (uint16_t *)(rowid + MMA_P);   /* [G][Ld] BF16 */
+    uint16_t *ks = qs + MMA_G * Ld;               /* [P][Ld] BF16 */
+    const int groups = (a.H + MMA_G - 1) / MMA_G;
+    const int t = blockIdx.x / groups, h0 = (blockIdx.x - t * groups) * MMA_G, s = blockIdx.y, S = gridDim.y;
+    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, mt = w & 1, qd = w >> 1;
+    const int g4 = lane >> 2, q4 = lane & 3;
+    const int T2 = a.two * a.T, r4 = a.r / 4, D4 = D / 4, Dk4 = Dk / 4;
+
+    for (int e = tid; e < MMA_G * Dk4; e += MMA_THREADS) {
+        const int g = e / Dk4, c4 = e - g * Dk4, h = h0 + g;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (h < a.H && c4 < r4) {
+            const float4 *ql = (const float4 *)(a.qlat + ((int64_t)h * T2 + t) * a.r) + c4;
+            v = ql[0];
+            if (a.two == 2) {
+                float4 u = ql[(int64_t)a.T * r4];
+                v.x += u.x, v.y += u.y, v.z += u.z, v.w += u.w;
+            }
+        } else if (h < a.H && c4 < D4) {
+            const float *qp = a.q + (int64_t)t * a.qs0 + (int64_t)h * a.qs1 + a.nope + 4 * (c4 - r4);
+            v = make_float4(qp[0], qp[1], qp[2], qp[3]);
+        }
+        *(uint2 *)(qs + g * Ld + 4 * c4) = make_uint2(mma_pack(v.x, v.y), mma_pack(v.z, v.w));
+    }
+
+    const int pos = a.idx.pos[t], n = mla_count(a, t);
+    const int nch = (n + MMA_P - 1) / MMA_P, cps = (nch + S - 1) / S;
+    const int ch0 = s * cps, ch1 = min(nch, ch0 + cps);
+    const int NQ = a.r / 32, c0 = qd * (a.r / 4); /* this warp's output columns */
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float acc[MMA_NT][4];
+#pragma unroll
+    for (int i = 0; i < MMA_NT; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+
+    for (int ch = ch0; ch < ch1; ch++) {
+        __syncthreads(); /* the previous chunk's rows and scores are consumed */
+        if (tid < MMA_P) {
+            int j = ch * MMA_P + tid;
+            rowid[tid] = j < n ? (int)mla_row(a, t, j, pos) : -1;
+        }
+        __syncthreads();
+        // rows -> BF16: warp w converts rows w, w + 8, ... (every load of a row issued
+        // before its stores)
+        for (int p = w; p < MMA_P; p += MMA_THREADS / 32) {
+            const int64_t row = rowid[p];
+            uint16_t *dst = ks + p * Ld;
+            const float *lr = a.lat + (row < 0 ? 0 : row) * a.ls0, *pr = a.kpe + (row < 0 ? 0 : row) * a.ps0;
+            if (a.vec) {
+                float4 v[5];
+#pragma unroll
+                for (int i = 0; i < 5; i++) {
+                    const int c4 = lane + 32 * i;
+                    v[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    if (row >= 0 && c4 < D4)
+                        v[i] = __ldg((const float4 *)(c4 < r4 ? lr + 4 * c4 : pr + 4 * (c4 - r4)));
+                }
+#pragma unroll
+                for (int i = 0; i < 5; i++) {
+                    const int c4 = lane + 32 * i;
+                    if (c4 < Dk4)
+                        *(uint2 *)(dst + 4 * c4) = make_uint2(mma_pack(v[i].x, v[i].y), mma_pack(v[i].z, v[i].w));
+                }
+                for (int c4 = lane + 160; c4 < Dk4; c4 += 32) { /* wider than GLM-5's 576 */
+                    float4 u = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    if (row >= 0 && c4 < D4) u = __ldg((const float4 *)(c4 < r4 ? lr + 4 * c4 : pr + 4 * (c4 - r4)));
+                    *(uint2 *)(dst + 4 * c4) = make_uint2(mma_pack(u.x, u.y), mma_pack(u.z, u.w));
+                }
+            } else {
+                for (int c = 2 * lane; c < Dk; c += 64) {
+                    float x = 0.0f, y = 0.0f; /* D is a multiple of 4: c and c + 1 on the same side */
+                    if (row >= 0 && c < D) {
+                        x = c < a.r ? lr[c] : pr[c - a.r];
+                        y = c + 1 < a.r ? lr[c + 1] : pr[c + 1 - a.r];
+                    }
+                    *(uint32_t *)(dst + c) = mma_pack(x, y);
+                }
+            }
+        }
+        __syncthreads();
+        // scores: heads of tile mt x positions 8 qd .. 8 qd + 7
+        {
+            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            const uint16_t *qa = qs + (mt * 16 + (lane & 15)) * Ld + (lane >> 4) * 8;
+            const uint16_t *kb = ks + (qd * 8 + (lane & 7)) * Ld + ((lane >> 3) & 1) * 8;
+            for (int k0 = 0; k0 < Dk; k0 += 16) {
+                uint32_t af[4], bf[2];
+                ldsm_x4(af, qa + k0);
+                ldsm_x2(bf, kb + k0);
+                mma_16816(c, af, bf[0], bf[1]);
+            }
+            const int pc = qd * 8 + 2 * q4;
+            float *r0 = sc + (mt * 16 + g4) * MMA_SCL, *r1 = r0 + 8 * MMA_SCL;
+            r0[pc] = rowid[pc] >= 0 ? c[0] * a.scale : -INFINITY;
+            r0[pc + 1] = rowid[pc + 1] >= 0 ? c[1] * a.scale : -INFINITY;
+            r1[pc] = rowid[pc] >= 0 ? c[2] * a.scale : -INFINITY;
+            r1[pc + 1] = rowid[pc + 1] >= 0 ? c[3] * a.scale : -INFINITY;
+        }
+        __syncthreads();
+        // online softmax of rows g4 and g4 + 8 of tile mt (the four quarter warps of a tile
+        // compute the same statistics), then P.latent for this warp's columns
+        float sv[2][8];
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++) {
+            const float *sr = sc + (mt * 16 + g4 + 8 * rr) * MMA_SCL;
+#pragma unroll
+            for (int kk = 0; kk < 2; kk++) {
+                sv[rr][4 * kk + 0] = sr[16 * kk + 2 * q4];
+                sv[rr][4 * kk + 1] = sr[16 * kk + 2 * q4 + 1];
+                sv[rr][4 * kk + 2] = sr[16 * kk + 2 * q4 + 8];
+                sv[rr][4 * kk + 3] = sr[16 * kk + 2 * q4 + 9];
+            }
+            float mx = sv[rr][0];
+#pragma unroll
+            for (int i = 1; i < 8; i++) mx = fmaxf(mx, sv[rr][i]);
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float mn = fmaxf(m[rr], mx);
+            const float cr = m[rr] == -INFINITY ? 0.0f : expf(m[rr] - mn);
+            float sum = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                sv[rr][i] = sv[rr][i] == -INFINITY ? 0.0f : expf(sv[rr][i] - mn);
+                sum += sv[rr][i];
+            }
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            l[rr] = l[rr] * cr + sum;
+            m[rr] = mn;
+#pragma unroll
+            for (int i = 0; i < MMA_NT; i++) acc[i][2 * rr] *= cr, acc[i][2 * rr + 1] *= cr;
+        }
+#pragma unroll
+        for (int kk = 0; kk < 2; kk++) {
+            uint32_t af[4] = {mma_pack(sv[0][4 * kk], sv[0][4 * kk + 1]), mma_pack(sv[1][4 * kk], sv[1][4 * kk + 1]),
+                              mma_pack(sv[0][4 * kk + 2], sv[0][4 * kk + 3]),
+                              mma_pack(sv[1][4 * kk + 2], sv[1][4 * kk + 3])};
+            const uint16_t *vb = ks + (16 * kk + (lane & 15)) * Ld + c0;
+#pragma unroll
+            for (int i = 0; i < MMA_NT; i++) {
+                if (i < NQ) {
+                    uint32_t bf[2];
+                    ldsm_x2_t(bf, vb + 8 * i);
+                    mma_16816(acc[i], af, bf[0], bf[1]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        const int h = h0 + mt * 16 + g4 + 8 * rr;
+        if (h >= a.H) continue;
+        if (S == 1) {
+            const float inv = l[rr] > 0 ? 1.0f / l[rr] : 0.0f;
+#pragma unroll
+            for (int i = 0; i < MMA_NT; i++)
+                if (i < NQ) {
+                    const int col = c0 + 8 * i + 2 * q4;
+                    mla_put(a, h, t, col, acc[i][2 * rr] * inv);
+                    mla_put(a, h, t, col + 1, acc[i][2 * rr + 1] * inv);
+                }
+        } else {
+            float *pr = a.part + (((int64_t)t * a.H + h) * S + s) * (2 + a.r);
+            if (qd == 0 && q4 == 0) pr[0] = m[rr], pr[1] = l[rr];
+#pragma unroll
+            for (int i = 0; i < MMA_NT; i++)
+                if (i < NQ) {
+                    const int col = c0 + 8 * i + 2 * q4;
+                    pr[2 + col] = acc[i][2 * rr];
+                    pr[3 + col] = acc[i][2 * rr + 1];
+                }
+        }
+    }
+}
+
 // Merge the splits of (token blockIdx.x, head blockIdx.y) as att_merge does for warps.
 __global__ void k_mla_merge(mla_args a, int S)
 {
@@ -322,6 +554,39 @@ static int g_token_tile; /* nb_cuda_mla_force_token_tile; 0: NB_CUDA_MLA_TOKEN_T
 
 extern "C" void nb_cuda_mla_force_token_tile(int tokens) { g_token_tile = tokens > 0 ? tokens : 0; }
 
+static int g_kernel = -1; /* nb_cuda_mla_force_kernel; -1: NIBBLE_CUDA_MLA, else automatic */
+
+extern "C" void nb_cuda_mla_force_kernel(int kernel)
+{
+    g_kernel = kernel == NB_CUDA_MLA_F32 || kernel == NB_CUDA_MLA_MMA ? kernel : -1;
+}
+
+static size_t mma_smem(int r, int rope)
+{
+    const int Dk = (r + rope + 15) & ~15;
+    return (size_t)MMA_G * MMA_SCL * 4 + MMA_P * 4 + (size_t)(MMA_G + MMA_P) * (Dk + 8) * 2;
+}
+
+extern "C" int nb_cuda_mla_uses_mma(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_tokens)
+{
+    /* the tensor-core kernel's shapes: 32-column output tiles per warp quarter, <= 16 of
+     * them; 79 KB of shared memory at GLM-5's 576 */
+    if (d->kv_lora_rank % 32 || d->kv_lora_rank > 32 * MMA_NT || d->qk_rope % 4 ||
+        mma_smem(d->kv_lora_rank, d->qk_rope) > 200 * 1024)
+        return 0;
+    int k = g_kernel;
+    if (k < 0) {
+        const char *e = getenv("NIBBLE_CUDA_MLA");
+        k = e && !strcmp(e, "f32") ? NB_CUDA_MLA_F32 : e && !strcmp(e, "mma") ? NB_CUDA_MLA_MMA : -1;
+    }
+    if (k >= 0) return k == NB_CUDA_MLA_MMA;
+    /* automatic: on the H200 at context 256 (bench/RESULTS.md) the float32 kernel is faster
+     * at 1 and 10 tokens (KV-split batches), the tensor-core one at 1000; the switch is where
+     * the float32 kernel stops splitting (a function of the token count only, so a captured
+     * graph keeps its kernel). Between 10 and 1000 tokens not measured. */
+    return (int64_t)n_tokens * ((d->n_heads + MLA_G - 1) / MLA_G) >= nb_cuda_st(ctx)->sm_count;
+}
+
 // The three steps for T tokens (views already offset to the tile).
 static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_mla_w *Wp, const nb_tensor *q,
                           const nb_tensor *latent_pool, const nb_tensor *kpe_pool, const nb_attn_index *idx,
@@ -331,7 +596,8 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
     const nb_cuda_mla_w W = *Wp;
     const int T = (int)q->shape[0], H = d->n_heads, r = d->kv_lora_rank, rope = d->qk_rope, nope = d->qk_nope,
               vd = d->v_dim;
-    const int groups = (H + MLA_G - 1) / MLA_G, S = mla_splits(T, groups, cs->sm_count);
+    const int mma = nb_cuda_mla_uses_mma(ctx, d, T), G = mma ? MMA_G : MLA_G;
+    const int groups = (H + G - 1) / G, S = mla_splits(T, groups, cs->sm_count);
     const int two = W.bf16 ? 2 : 1, hs = nope + vd;
     const int64_t T2 = (int64_t)two * T;
 
@@ -383,15 +649,26 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
     a.part = S > 1 ? (float *)(scr + o_pt) : NULL;
     a.o32 = W.bf16 ? NULL : (float *)(scr + o_ol);
     a.ob = W.bf16 ? (uint16_t *)(scr + o_ol) : NULL;
-    static int attr_dev = -1; /* attributes set once per process for the opt-in maximum */
-    if (attr_dev != cs->device) {
+    static int attr_dev = -1, mma_attr_dev = -1; /* attributes set once per process for the opt-in maximum */
+    if (mma) {
+        if (mma_attr_dev != cs->device) {
+            NB_CUDA_TRY(cudaFuncSetAttribute(k_mla_attend_mma, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+            NB_CUDA_TRY(cudaFuncSetAttribute(k_mla_attend_mma, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
+            mma_attr_dev = cs->device;
+        }
+        k_mla_attend_mma<<<dim3((unsigned)((int64_t)T * groups), (unsigned)S), MMA_THREADS,
+                           mma_smem(r, rope), stream>>>(a);
+        NB_CUDA_LAUNCHED("mla_attention mma");
+    } else if (attr_dev != cs->device) {
         NB_CUDA_TRY(cudaFuncSetAttribute(k_mla_attend, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
         /* GLM-5's 114 KB per block: two blocks per SM when the carveout is all shared memory */
         NB_CUDA_TRY(cudaFuncSetAttribute(k_mla_attend, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
         attr_dev = cs->device;
     }
-    k_mla_attend<<<dim3((unsigned)((int64_t)T * groups), (unsigned)S), MLA_THREADS, smem, stream>>>(a);
-    NB_CUDA_LAUNCHED("mla_attention");
+    if (!mma) {
+        k_mla_attend<<<dim3((unsigned)((int64_t)T * groups), (unsigned)S), MLA_THREADS, smem, stream>>>(a);
+        NB_CUDA_LAUNCHED("mla_attention");
+    }
     if (S > 1) {
         k_mla_merge<<<dim3((unsigned)T, (unsigned)H), 128, 0, stream>>>(a, S);
         NB_CUDA_LAUNCHED("mla_attention merge");
