@@ -441,7 +441,7 @@ static void mla_case_ex(nb_mla_mode mode, int sparse, nb_wfmt kvfmt, nb_mla_dims
     NB_CHECK_OK(nb_op_mla_attention(tu_gpu, mode, &d, &dq, &dl, &dp, &kvb.d, &ix.d, sparse ? &ds : NULL, 0.07f, &dout));
     tu_down(&dout, ob);
     char name[128];
-    const int mma = nb_cuda_mla_uses_mma(&d);
+    const int mma = nb_cuda_mla_uses_mma(tu_gpu, &d, T);
     snprintf(name, sizeof name, "mla%s %s%s kv_b %s%s, %d heads, rank %d, T=%d", mma ? " mma" : "",
              mode == NB_MLA_NAIVE ? "naive" : "absorbed", sparse ? " sparse" : "", tu_fmt_name(kvfmt),
              reg ? " (registered)" : "", d.n_heads, d.kv_lora_rank, T);

@@ -127,7 +127,7 @@ static void time_batch(int B, int ctx, nb_wfmt fmt, int kernel)
 #ifndef NB_MLA_TIMING_OLD
     NB_CHECK_OK(nb_cuda_mla_register(tu_gpu, &kvb.d, &d));
     nb_cuda_mla_force_kernel(kernel);
-    kname = nb_cuda_mla_uses_mma(&d) ? " mma" : " f32";
+    kname = nb_cuda_mla_uses_mma(tu_gpu, &d, B) ? " mma" : " f32";
 #else
     (void)kernel;
 #endif

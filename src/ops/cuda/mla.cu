@@ -241,7 +241,7 @@ __global__ void __launch_bounds__(MLA_THREADS) k_mla_attend(mla_args a)
     }
 }
 
-// ---- tensor-core variant (NIBBLE_CUDA_MLA=mma, the default where the shapes allow) --------
+// ---- tensor-core variant (mla.h nb_cuda_mla_uses_mma says when it runs) -------------------
 // One block per (token, 32 heads, KV split), 8 warps. Warp w owns head tile mt = w & 1 (16
 // heads: the M dimension of mma.sync m16n8k16) and quarter qd = w >> 1. Per chunk of 32
 // attended rows: the rows are converted F32 -> BF16 into shared memory once for the block
@@ -554,9 +554,12 @@ static int g_token_tile; /* nb_cuda_mla_force_token_tile; 0: NB_CUDA_MLA_TOKEN_T
 
 extern "C" void nb_cuda_mla_force_token_tile(int tokens) { g_token_tile = tokens > 0 ? tokens : 0; }
 
-static int g_kernel = -1; /* nb_cuda_mla_force_kernel; -1: NIBBLE_CUDA_MLA, else the default */
+static int g_kernel = -1; /* nb_cuda_mla_force_kernel; -1: NIBBLE_CUDA_MLA, else automatic */
 
-extern "C" void nb_cuda_mla_force_kernel(int kernel) { g_kernel = kernel == NB_CUDA_MLA_F32 || kernel == NB_CUDA_MLA_MMA ? kernel : -1; }
+extern "C" void nb_cuda_mla_force_kernel(int kernel)
+{
+    g_kernel = kernel == NB_CUDA_MLA_F32 || kernel == NB_CUDA_MLA_MMA ? kernel : -1;
+}
 
 static size_t mma_smem(int r, int rope)
 {
@@ -564,17 +567,24 @@ static size_t mma_smem(int r, int rope)
     return (size_t)MMA_G * MMA_SCL * 4 + MMA_P * 4 + (size_t)(MMA_G + MMA_P) * (Dk + 8) * 2;
 }
 
-extern "C" int nb_cuda_mla_uses_mma(const nb_mla_dims *d)
+extern "C" int nb_cuda_mla_uses_mma(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_tokens)
 {
+    /* the tensor-core kernel's shapes: 32-column output tiles per warp quarter, <= 16 of
+     * them; 79 KB of shared memory at GLM-5's 576 */
+    if (d->kv_lora_rank % 32 || d->kv_lora_rank > 32 * MMA_NT || d->qk_rope % 4 ||
+        mma_smem(d->kv_lora_rank, d->qk_rope) > 200 * 1024)
+        return 0;
     int k = g_kernel;
     if (k < 0) {
         const char *e = getenv("NIBBLE_CUDA_MLA");
-        k = e && !strcmp(e, "f32") ? NB_CUDA_MLA_F32 : NB_CUDA_MLA_MMA;
+        k = e && !strcmp(e, "f32") ? NB_CUDA_MLA_F32 : e && !strcmp(e, "mma") ? NB_CUDA_MLA_MMA : -1;
     }
-    /* the tensor-core kernel's shapes: 32-column output tiles per warp quarter, <= 16 of them;
-     * 79 KB of shared memory at GLM-5's 576 (two blocks per SM on sm_90) */
-    return k == NB_CUDA_MLA_MMA && d->kv_lora_rank % 32 == 0 && d->kv_lora_rank <= 32 * MMA_NT &&
-           d->qk_rope % 4 == 0 && mma_smem(d->kv_lora_rank, d->qk_rope) <= 200 * 1024;
+    if (k >= 0) return k == NB_CUDA_MLA_MMA;
+    /* automatic: on the H200 at context 256 (bench/RESULTS.md) the float32 kernel is faster
+     * at 1 and 10 tokens (KV-split batches), the tensor-core one at 1000; the switch is where
+     * the float32 kernel stops splitting (a function of the token count only, so a captured
+     * graph keeps its kernel). Between 10 and 1000 tokens not measured. */
+    return (int64_t)n_tokens * ((d->n_heads + MLA_G - 1) / MLA_G) >= nb_cuda_st(ctx)->sm_count;
 }
 
 // The three steps for T tokens (views already offset to the tile).
@@ -586,7 +596,7 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
     const nb_cuda_mla_w W = *Wp;
     const int T = (int)q->shape[0], H = d->n_heads, r = d->kv_lora_rank, rope = d->qk_rope, nope = d->qk_nope,
               vd = d->v_dim;
-    const int mma = nb_cuda_mla_uses_mma(d), G = mma ? MMA_G : MLA_G;
+    const int mma = nb_cuda_mla_uses_mma(ctx, d, T), G = mma ? MMA_G : MLA_G;
     const int groups = (H + G - 1) / G, S = mla_splits(T, groups, cs->sm_count);
     const int two = W.bf16 ? 2 : 1, hs = nope + vd;
     const int64_t T2 = (int64_t)two * T;

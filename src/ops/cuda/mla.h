@@ -47,15 +47,17 @@ nb_status nb_cuda_mla_gemm(nb_ops_ctx *ctx, int bf16, int trans_a, int m, int n,
 void nb_cuda_mla_force_token_tile(int tokens);
 
 /* The attention step's kernel: float32 on CUDA cores, or BF16 mma.sync (q, the latent rows
- * and the probabilities rounded to BF16; scores, softmax and sums in F32). The default is
- * NB_CUDA_MLA_MMA; NIBBLE_CUDA_MLA=f32 in the environment selects the float32 kernel. */
+ * and the probabilities rounded to BF16; scores, softmax and sums in F32; ~2e-3 relative to
+ * the CPU op). NIBBLE_CUDA_MLA=f32 | mma in the environment forces one; otherwise (auto) the
+ * tensor-core kernel runs for token counts at which the float32 kernel would not split the KV
+ * rows (>= 33 tokens at 64 heads on 132 SMs), the float32 kernel below. */
 #define NB_CUDA_MLA_F32 0
 #define NB_CUDA_MLA_MMA 1
-/* Tests and timings: force a kernel (anything else: back to the environment / default). */
+/* Tests and timings: force a kernel (anything else: back to the environment / automatic). */
 void nb_cuda_mla_force_kernel(int kernel);
-/* 1 when a call with these dims runs the tensor-core kernel (selected, and its shapes: rank a
- * multiple of 32 up to 512), else 0 (float32 kernel). */
-int nb_cuda_mla_uses_mma(const nb_mla_dims *d);
+/* 1 when a call (or token tile) of n_tokens tokens with these dims runs the tensor-core kernel
+ * (selected, and its shapes: rank a multiple of 32 up to 512), else 0 (float32 kernel). */
+int nb_cuda_mla_uses_mma(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_tokens);
 
 #ifdef __cplusplus
 }
