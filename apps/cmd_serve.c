@@ -39,7 +39,7 @@ static void nb_serve_usage(FILE *f)
             "  --cpu-mem-gb G  --max-total-tokens N  --max-running-requests N\n"
             "  --num-continuous-decode-steps N  --chunked-prefill-size N  --max-prefill-tokens N\n"
             "  --schedule-policy fcfs|lpm  --max-queued-requests N  --context-length N  --random-seed N\n"
-            "  --cuda-graph-max-bs N (256)  --disable-cuda-graph\n");
+            "  --cuda-graph-max-bs N (1024)  --disable-cuda-graph\n");
 }
 
 /* SIGINT/SIGTERM go to a handler, not to a mask: libraries (OpenBLAS) start threads before

@@ -32,7 +32,7 @@ static const char nb_cli_engine_usage[] =
     "  --max-prefill-tokens N         prompt tokens per step in all (16384)\n"
     "  --schedule-policy fcfs|lpm     (fcfs)    --max-queued-requests N (0: unbounded)\n"
     "  --context-length N             (default: the model's)   --random-seed N\n"
-    "  --cuda-graph-max-bs N          largest decode batch replayed from a CUDA graph (256; cuda)\n"
+    "  --cuda-graph-max-bs N          largest decode batch replayed from a CUDA graph (1024; cuda)\n"
     "  --disable-cuda-graph           run every step eagerly (cuda)\n";
 
 static const char nb_cli_sampling_usage[] =

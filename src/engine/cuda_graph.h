@@ -23,8 +23,10 @@
 
 #include "engine/forward.h"
 
-/* --cuda-graph-max-bs when not given: SGLang's choice for large-memory GPUs. */
-#define NB_CUDA_GRAPH_DEFAULT_MAX_BS 256
+/* --cuda-graph-max-bs when not given. 1024 so that the decode batch of a 1000-request load
+ * (~700 sequences) replays a graph too; capture is lazy (first use of a size), and the fixed
+ * cost is the graph logits buffer, 1024 x vocab floats (0.63 GB for GLM-5's 154880). */
+#define NB_CUDA_GRAPH_DEFAULT_MAX_BS 1024
 #define NB_CUDA_GRAPH_MAX_BS_LIMIT 4096
 #define NB_CUDA_GRAPH_MAX_SIZES 96
 

@@ -49,6 +49,7 @@ typedef struct fwd {
     int32_t *sel_pos, *sel_count;
     int have_sel;
     float *h, *a, *o, *q, *qa, *kva, *att, *k, *v, *qi, *ki, *wi, *rlog, *rw;
+    float *acat; /* [T, a_cat rows]: the concatenated projections' output (nb_layer.a_cat) */
     int32_t *rid;
 } fwd;
 
@@ -101,51 +102,81 @@ static nb_status mla_layer(fwd *f, int l)
     const int r = c->kv_lora_rank, qk = nope + rope, H = c->hidden_size;
     const nb_kv_layer_layout *lay = &f->pool->layout.layer[l];
 
-    /* queries */
-    if (c->q_lora_rank > 0) {
-        NB_TRY(linear(f, f->a, H, H, &L->q_a_proj, f->qa));
-        nb_tensor qa = t2(f->qa, T, c->q_lora_rank);
-        NB_TRY(nb_op_rmsnorm(ops, &qa, L->q_a_norm, m->latent_norm_eps, &qa));
-        NB_TRY(linear(f, f->qa, c->q_lora_rank, c->q_lora_rank, &L->q_b_proj, f->q));
+    /* Projections of the normalized hidden state (one concatenated linear where the device
+     * twin has one, model/upload.c; else up to four), their norms in one launch, the queries,
+     * every rope in one launch and both pool writes in one launch: the composition of the
+     * separate ops (ops.h "fused launches"), with fewer launches per layer. */
+    const int ih = c->index_n_heads, id = c->index_head_dim, ql = c->q_lora_rank;
+    float *qa_p = f->qa, *kva_p = f->kva, *ki_p = f->ki, *wi_p = f->wi;
+    int64_t qa_ld = ql, kva_ld = r + rope, ki_ld = id, wi_ld = ih;
+    if (L->a_cat.n > 0) {
+        const int64_t N = L->a_cat.n;
+        if (ql <= 0 || N != ql + r + rope + (L->has_indexer ? id + ih : 0))
+            return nb_error(NB_ERR_INTERNAL, "forward: layer %d: concatenated projections of %lld rows", l, (long long)N);
+        NB_TRY(linear(f, f->a, H, H, &L->a_cat, f->acat));
+        qa_p = f->acat;
+        kva_p = qa_p + ql;
+        ki_p = kva_p + r + rope;
+        wi_p = ki_p + id;
+        qa_ld = kva_ld = ki_ld = wi_ld = N;
     } else {
-        NB_TRY(linear(f, f->a, H, H, &L->q_proj, f->q));
+        if (ql > 0) NB_TRY(linear(f, f->a, H, H, &L->q_a_proj, f->qa));
+        NB_TRY(linear(f, f->a, H, H, &L->kv_a_proj, f->kva));
+        if (L->has_indexer) {
+            NB_TRY(linear(f, f->a, H, H, &L->idx_wk, f->ki));
+            NB_TRY(linear(f, f->a, H, H, &L->idx_weights_proj, f->wi));
+        }
     }
+    nb_tensor qa = t2(qa_p, T, ql), lat = t2(kva_p, T, r), ki = t2(ki_p, T, id), wis = t2(wi_p, T, ih);
+    qa.stride[0] = qa_ld;
+    lat.stride[0] = kva_ld;
+    ki.stride[0] = ki_ld;
+    wis.stride[0] = wi_ld;
+    nb_norm_part np[NB_FUSED_MAX];
+    int nn = 0;
+    if (ql > 0) np[nn++] = (nb_norm_part){NB_NORM_RMS, &qa, &qa, L->q_a_norm, NULL, m->latent_norm_eps, 1.0f};
+    np[nn++] = (nb_norm_part){NB_NORM_RMS, &lat, &lat, L->kv_a_norm, NULL, m->latent_norm_eps, 1.0f};
+    if (L->has_indexer) {
+        np[nn++] = (nb_norm_part){NB_NORM_LAYER, &ki, &ki, L->idx_k_norm_w, L->idx_k_norm_b, 1e-6f, 1.0f};
+        np[nn++] = (nb_norm_part){NB_NORM_SCALE, &wis, &wis, NULL, NULL, 0.0f, 1.0f / sqrtf((float)ih)};
+    }
+    NB_TRY(nb_op_norm_n(ops, nn, np));
+
+    /* queries (q_pe rotated below) */
+    if (ql > 0)
+        NB_TRY(linear(f, qa_p, qa_ld, ql, &L->q_b_proj, f->q));
+    else
+        NB_TRY(linear(f, f->a, H, H, &L->q_proj, f->q));
+    if (L->has_indexer) NB_TRY(linear(f, qa_p, qa_ld, ql, &L->idx_wq_b, f->qi));
+
     nb_tensor q_pe = t3(f->q + nope, T, nh, qk);
     q_pe.stride[0] = (int64_t)nh * qk;
     q_pe.stride[1] = qk;
     q_pe.shape[2] = rope;
-    NB_TRY(nb_op_rope(ops, &q_pe, f->pos, &m->rope));
+    nb_tensor kpe = t3(kva_p + r, T, 1, rope);
+    kpe.stride[0] = kva_ld;
+    nb_tensor qi_rot = t3(f->qi, T, ih, id), ki_rot = t3(ki_p, T, 1, rope);
+    qi_rot.shape[2] = rope;
+    ki_rot.stride[0] = ki_ld;
+    nb_tensor *rx[] = {&q_pe, &kpe, &qi_rot, &ki_rot};
+    const nb_rope *rt[] = {&m->rope, &m->rope, &m->index_rope, &m->index_rope};
+    NB_TRY(nb_op_rope_n(ops, L->has_indexer ? 4 : 2, rx, f->pos, rt));
 
-    /* compressed KV: normalized latent and roped k_pe go to the pool */
-    NB_TRY(linear(f, f->a, H, H, &L->kv_a_proj, f->kva));
-    nb_tensor lat = t2(f->kva, T, r);
-    lat.stride[0] = r + rope;
-    NB_TRY(nb_op_rmsnorm(ops, &lat, L->kv_a_norm, m->latent_norm_eps, &lat));
-    nb_tensor kpe = t3(f->kva + r, T, 1, rope);
-    kpe.stride[0] = r + rope;
-    NB_TRY(nb_op_rope(ops, &kpe, f->pos, &m->rope));
-    NB_TRY(pool_write(f, l, lay->latent_off, f->kva, r + rope, r + rope)); /* latent and k_pe are adjacent */
+    /* the normalized latent and roped k_pe (adjacent) and the indexer key go to the pool */
+    nb_tensor kvs = t2(kva_p, T, r + rope), kvd = pool_view(f, l, lay->latent_off, r + rope);
+    nb_tensor kis = t2(ki_p, T, id), kid = L->has_indexer ? pool_view(f, l, lay->index_off, id) : kis;
+    kvs.stride[0] = kva_ld;
+    kis.stride[0] = ki_ld;
+    const nb_tensor *ws_src[] = {&kvs, &kis};
+    nb_tensor *ws_dst[] = {&kvd, &kid};
+    NB_TRY(nb_op_set_rows_n(ops, L->has_indexer ? 2 : 1, ws_src, f->rows, ws_dst));
 
     /* DSA selection */
     const nb_attn_select *selp = NULL;
     nb_attn_select sel;
     if (L->has_indexer) {
-        const int ih = c->index_n_heads, id = c->index_head_dim;
-        NB_TRY(linear(f, f->qa, c->q_lora_rank, c->q_lora_rank, &L->idx_wq_b, f->qi));
-        nb_tensor qi_rot = t3(f->qi, T, ih, id);
-        qi_rot.shape[2] = rope;
-        NB_TRY(nb_op_rope(ops, &qi_rot, f->pos, &m->index_rope));
-        NB_TRY(linear(f, f->a, H, H, &L->idx_wk, f->ki));
-        nb_tensor ki = t2(f->ki, T, id);
-        NB_TRY(nb_op_layernorm(ops, &ki, L->idx_k_norm_w, L->idx_k_norm_b, 1e-6f, &ki));
-        nb_tensor ki_rot = t3(f->ki, T, 1, rope);
-        ki_rot.stride[0] = id;
-        NB_TRY(nb_op_rope(ops, &ki_rot, f->pos, &m->index_rope));
-        NB_TRY(pool_write(f, l, lay->index_off, f->ki, id, id));
-        NB_TRY(linear(f, f->a, H, H, &L->idx_weights_proj, f->wi));
-        nb_tensor wis = t2(f->wi, T, ih);
-        NB_TRY(nb_op_scale(ops, &wis, 1.0f / sqrtf((float)ih)));
-        nb_tensor qit = t3(f->qi, T, ih, id), wit = t2(f->wi, T, ih);
+        nb_tensor qit = t3(f->qi, T, ih, id), wit = t2(wi_p, T, ih);
+        wit.stride[0] = wi_ld;
         nb_tensor keys = pool_view(f, l, lay->index_off, id);
         NB_TRY(nb_op_dsa_select(ops, &qit, &wit, 1.0f / sqrtf((float)id), &keys, &f->idx, c->index_topk, f->sel_pos,
                                 f->sel_count));
@@ -288,10 +319,12 @@ static nb_status fwd_setup(nb_model *m, nb_kv_pool *pool, int T, int R, const nb
     const int64_t ka = c->kv_lora_rank + c->qk_rope_head_dim;
     const int64_t qiw = (int64_t)c->index_n_heads * c->index_head_dim;
     const int64_t E = c->n_routed_experts, K = NB_MAX(c->num_experts_per_tok, 1), topk = NB_MAX(c->index_topk, 1);
+    const int64_t catw = c->q_lora_rank + ka + c->index_head_dim + c->index_n_heads;
     /* element counts of every buffer, in take() order below */
     const int64_t sizes[] = {3 * H * T, qw * T, c->q_lora_rank * (int64_t)T + 1, ka * T + 1, attw * T, kvw * T + 1,
                              kvw * T + 1, qiw * T + 1, c->index_head_dim * (int64_t)T + 1,
-                             c->index_n_heads * (int64_t)T + 1, E * T + 1, K * T, K * T, topk * T, T, H * R};
+                             c->index_n_heads * (int64_t)T + 1, E * T + 1, K * T, K * T, topk * T, T, H * R,
+                             catw * T + 1};
     nb_ops_ctx *ops = m->ops;
     fwd_bufs bufs = {0};
     for (size_t i = 0; i < NB_ARRAY_LEN(sizes); i++) bufs.cap += ((size_t)sizes[i] * 4 + 63) / 64 * 64;
@@ -324,6 +357,7 @@ static nb_status fwd_setup(nb_model *m, nb_kv_pool *pool, int T, int R, const nb
     f->sel_pos = (int32_t *)take(&bufs, topk * T);
     f->sel_count = (int32_t *)take(&bufs, T);
     *final_rows = take(&bufs, H * R);
+    f->acat = take(&bufs, catw * T + 1);
     f->idx = (nb_attn_index){T, f->pos, f->slot_base, f->slot_table};
     return NB_OK;
 }

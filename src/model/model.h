@@ -33,6 +33,11 @@ typedef struct nb_layer {
     nb_weight idx_wq_b, idx_wk, idx_weights_proj;
     float *idx_k_norm_w, *idx_k_norm_b;
 
+    /* The projections of the attention input concatenated by rows on a device twin
+     * (model/upload.c): [q_a_proj; kv_a_proj; idx_wk; idx_weights_proj] (those present), one
+     * linear instead of up to four; the parts above then point into it. a_cat.n == 0: none. */
+    nb_weight a_cat;
+
     /* dense MLP (is_moe == 0) */
     nb_weight gate_proj, up_proj, down_proj;
 

@@ -213,6 +213,82 @@ void nb_model_upload_free(nb_model *dev)
     free(dev);
 }
 
+#if NIBBLE_HAVE_CUDA
+/* Free the device copy of the checkpoint tensor that is exactly [d, d + bytes) (the part's
+ * rows now live in the concatenation), when there is one. */
+static void drop_tensor(up_state *s, const void *d, size_t bytes)
+{
+    for (int i = 0; i < s->n; i++)
+        if (s->t[i].d == d && s->t[i].bytes == bytes) {
+            nb_ops_free(s->ctx, s->t[i].d);
+            s->t[i].d = NULL;
+            return;
+        }
+}
+
+/* Layer L's projections of the attention input, [q_a_proj; kv_a_proj; idx_wk;
+ * idx_weights_proj] (those present), concatenated by rows into L->a_cat when they agree
+ * (format BF16, F32 or NVFP4 with one global scale, the same k, dense rows, no bias); each
+ * part then points at its rows of the concatenation and its own copy is freed. Row r of a
+ * part is the same bytes in both, so y = x @ a_cat^T split by columns is the separate
+ * linears (exactly on the CPU; within the linear kernels' tolerance on CUDA).
+ * NIBBLE_CAT_PROJ=0 keeps the separate weights (A/B runs). */
+static nb_status cat_projections(up_state *s, nb_layer *L)
+{
+    nb_weight *parts[4];
+    int n = 0;
+    if (L->q_a_proj.data) parts[n++] = &L->q_a_proj;
+    if (L->kv_a_proj.data) parts[n++] = &L->kv_a_proj;
+    if (L->has_indexer && L->idx_wk.data && L->idx_weights_proj.data) {
+        parts[n++] = &L->idx_wk;
+        parts[n++] = &L->idx_weights_proj;
+    }
+    if (n < 2 || !L->q_a_proj.data) return NB_OK;
+    const nb_weight *w0 = parts[0];
+    if (w0->fmt != NB_WFMT_BF16 && w0->fmt != NB_WFMT_F32 && w0->fmt != NB_WFMT_NVFP4) return NB_OK;
+    const int64_t rb = nb_weight_row_bytes(w0->fmt, w0->k), sb = w0->fmt == NB_WFMT_NVFP4 ? w0->k / 16 : 0;
+    int64_t N = 0;
+    unsigned flags = 0;
+    for (int i = 0; i < n; i++) {
+        const nb_weight *w = parts[i];
+        if (w->fmt != w0->fmt || w->k != w0->k || w->bias || (w->row_stride && w->row_stride != rb) ||
+            (sb && ((w->scale_row_stride && w->scale_row_stride != sb) || w->global_scale != w0->global_scale)))
+            return NB_OK;
+        N += w->n;
+        flags |= w->flags;
+    }
+    uint8_t *data = nb_ops_alloc(s->ctx, (size_t)(N * rb)), *scale = sb ? nb_ops_alloc(s->ctx, (size_t)(N * sb)) : NULL;
+    if (!data || (sb && !scale) || !keep(s, data) || (scale && !keep(s, scale)))
+        return nb_error(NB_ERR_OUT_OF_MEMORY, "upload: concatenated attention projections of %lld rows", (long long)N);
+    int64_t r0 = 0;
+    for (int i = 0; i < n; i++) {
+        nb_weight *w = parts[i];
+        NB_TRY(nb_cuda_copy_d2d(s->ctx, data + r0 * rb, w->data, (size_t)(w->n * rb)));
+        if (sb) NB_TRY(nb_cuda_copy_d2d(s->ctx, scale + r0 * sb, w->scale, (size_t)(w->n * sb)));
+        r0 += w->n;
+    }
+    NB_TRY(nb_ops_sync(s->ctx)); /* the copies read the parts' own tensors, freed next */
+    r0 = 0;
+    for (int i = 0; i < n; i++) {
+        nb_weight *w = parts[i];
+        drop_tensor(s, w->data, (size_t)(w->n * rb));
+        if (sb) drop_tensor(s, w->scale, (size_t)(w->n * sb));
+        w->data = data + r0 * rb;
+        w->scale = sb ? scale + r0 * sb : NULL;
+        w->row_stride = 0;
+        w->scale_row_stride = 0;
+        r0 += w->n;
+    }
+    L->a_cat = *w0;
+    L->a_cat.n = N;
+    L->a_cat.data = data;
+    L->a_cat.scale = scale;
+    L->a_cat.flags = flags;
+    L->a_cat.name = n == 4 ? "q_a+kv_a+idx_wk+idx_wproj" : "q_a+kv_a";
+    return NB_OK;
+}
+#endif
+
 static nb_status upload(const nb_model *host, const struct nb_synth_deferred *plan, nb_ops_ctx *ctx, nb_model **out)
 {
     *out = NULL;
@@ -298,6 +374,20 @@ static nb_status upload(const nb_model *host, const struct nb_synth_deferred *pl
                              "the %s in %.2f s)%s", reg, moe, host_repack ? "host" : "device",
                              (double)(nb_now_ns() - t0) / 1e9 - secs,
                              reg < moe ? " (the others on the generic float32 kernels)" : "");
+    }
+    const char *cp = getenv("NIBBLE_CAT_PROJ");
+    if (nb_ops_ctx_device(ctx) == NB_DEVICE_CUDA && m->cfg.attn == NB_ATTN_MLA && !(cp && !strcmp(cp, "0"))) {
+        int cat = 0;
+        for (int l = 0; l < m->cfg.num_layers; l++) {
+            nb_status rs = cat_projections(s, &m->layers[l]);
+            if (rs != NB_OK) {
+                nb_model_upload_free(m);
+                return nb_error_wrap(rs, "layer %d attention projections", l);
+            }
+            cat += m->layers[l].a_cat.n > 0;
+        }
+        NB_LOG_INFO("cuda", "attention input projections: one concatenated linear in %d of %d layers", cat,
+                    m->cfg.num_layers);
     }
     if (nb_ops_ctx_device(ctx) == NB_DEVICE_CUDA && m->cfg.attn == NB_ATTN_MLA) {
         /* kv_b once per layer in the form MLA's batched GEMMs read (ops/cuda/mla.h) */

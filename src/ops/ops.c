@@ -328,6 +328,26 @@ nb_status nb_op_rope(nb_ops_ctx *ctx, nb_tensor *x, const int32_t *pos, const nb
 {
     NB_DISPATCH_K("rope", rope(ctx, x, pos, rope), key_shape(&k_, x));
 }
+/* fused launches: keyed by their rows and number of parts */
+static void key_parts(nb_prof_key *k, const nb_tensor *t, int n)
+{
+    k->dfmt = "%lld rows, %lld parts";
+    k->d[0] = t && t->ndim >= 1 ? t->shape[0] : 0;
+    k->d[1] = n;
+}
+nb_status nb_op_rope_n(nb_ops_ctx *ctx, int n, nb_tensor *const *x, const int32_t *pos, const nb_rope *const *rope)
+{
+    NB_DISPATCH_K("rope_n", rope_n(ctx, n, x, pos, rope), key_parts(&k_, n > 0 ? x[0] : NULL, n));
+}
+nb_status nb_op_norm_n(nb_ops_ctx *ctx, int n, const nb_norm_part *parts)
+{
+    NB_DISPATCH_K("norm_n", norm_n(ctx, n, parts), key_parts(&k_, n > 0 ? parts[0].x : NULL, n));
+}
+nb_status nb_op_set_rows_n(nb_ops_ctx *ctx, int n, const nb_tensor *const *src, const int32_t *rows,
+                           nb_tensor *const *dst)
+{
+    NB_DISPATCH_K("set_rows_n", set_rows_n(ctx, n, src, rows, dst), key_parts(&k_, n > 0 ? src[0] : NULL, n));
+}
 nb_status nb_op_linear(nb_ops_ctx *ctx, const nb_tensor *x, const nb_weight *w, nb_tensor *y)
 {
     NB_DISPATCH_K("linear", linear(ctx, x, w, y), key_linear(&k_, x, w));

@@ -187,6 +187,33 @@ nb_status nb_rope_init(const struct nb_rope_config *rc, int rotary_dim, nb_rope 
  * The angle is computed as float(pos) * inv_freq in float32, as HF does. */
 nb_status nb_op_rope(nb_ops_ctx *ctx, nb_tensor *x, const int32_t *pos, const nb_rope *rope);
 
+/* ---- fused launches ------------------------------------------------------------------
+ * Each is exactly the composition of the ops it names, applied to parts that do not overlap
+ * (the CPU backend runs that composition; a GPU backend runs all parts in one launch, so a
+ * decode step pays one launch instead of several). The parts' views follow their op's rules. */
+#define NB_FUSED_MAX 4
+
+/* nb_op_rope(x[i], pos, rope[i]) for i < n (n in 1..NB_FUSED_MAX). All x[i] have the same
+ * number of tokens; on a GPU at most two distinct rope tables (pointers) among them. */
+nb_status nb_op_rope_n(nb_ops_ctx *ctx, int n, nb_tensor *const *x, const int32_t *pos, const nb_rope *const *rope);
+
+/* One part of nb_op_norm_n: RMS = nb_op_rmsnorm(x, weight, eps, out); LAYER =
+ * nb_op_layernorm(x, weight, bias, eps, out); SCALE = nb_op_scale(x, s) (out must be x). */
+typedef enum nb_norm_kind { NB_NORM_RMS = 0, NB_NORM_LAYER, NB_NORM_SCALE } nb_norm_kind;
+typedef struct nb_norm_part {
+    nb_norm_kind kind;
+    const nb_tensor *x;
+    nb_tensor *out;
+    const float *weight, *bias; /* RMS: weight; LAYER: weight and optional bias */
+    float eps, s;               /* eps for RMS / LAYER, s for SCALE */
+} nb_norm_part;
+/* The n parts (1..NB_FUSED_MAX) in one launch; every part has the same number of rows. */
+nb_status nb_op_norm_n(nb_ops_ctx *ctx, int n, const nb_norm_part *parts);
+
+/* nb_op_set_rows(src[i], rows, dst[i]) for i < n (1..NB_FUSED_MAX), the same rows for all. */
+nb_status nb_op_set_rows_n(nb_ops_ctx *ctx, int n, const nb_tensor *const *src, const int32_t *rows,
+                           nb_tensor *const *dst);
+
 /* ---- dense linear layers -------------------------------------------------------------- */
 
 /* y = x @ w^T (+ bias). x: F32 [T, k] (row stride free), y: F32 [T, n]. BLAS on CPU after

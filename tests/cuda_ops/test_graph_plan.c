@@ -15,7 +15,8 @@ static void test_sizes(void)
     nb_graph_sizes s;
     NB_CHECK_OK(nb_graph_sizes_for(0, &s));
     static const int want[] = {1,  2,  3,  4,  5,  6,   7,   8,   10,  12,  14,  16,  20,  24,
-                               28, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256};
+                               28, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256,
+                               320, 384, 448, 512, 576, 640, 704, 768, 832, 896, 960, 1024};
     NB_CHECK(s.n == (int)NB_ARRAY_LEN(want));
     for (int i = 0; i < s.n && i < (int)NB_ARRAY_LEN(want); i++) NB_CHECK_MSG(s.bs[i] == want[i], "bs[%d] = %d", i, s.bs[i]);
     NB_CHECK_OK(nb_graph_sizes_for(1, &s));
@@ -69,7 +70,8 @@ static void test_bucket(void)
     NB_CHECK(s.bs[nb_graph_bucket(&s, 17)] == 20);
     NB_CHECK(s.bs[nb_graph_bucket(&s, 200)] == 224);
     /* padding stays under a quarter of the batch (and 16, the gemv/cuBLASLt boundary, is a size) */
-    for (int n = 9; n <= 256; n++) NB_CHECK_MSG(4 * (s.bs[nb_graph_bucket(&s, n)] - n) < n, "n %d", n);
+    NB_CHECK(s.bs[nb_graph_bucket(&s, 700)] == 704 && nb_graph_bucket(&s, 1025) == -1);
+    for (int n = 9; n <= 1024; n++) NB_CHECK_MSG(4 * (s.bs[nb_graph_bucket(&s, n)] - n) < n, "n %d", n);
     NB_CHECK(s.bs[nb_graph_bucket(&s, 16)] == 16);
 }
 

@@ -12,8 +12,9 @@ import tempfile
 
 NIBBLE = os.environ.get("NIBBLE_BIN", "build/nibble")
 ENV = dict(os.environ, NIBBLE_LOG="warn")
-KINDS = {"embedding", "rmsnorm", "add_rmsnorm", "linear", "rope", "layernorm", "set_rows", "dsa_select",
-         "mla_attention", "scale", "moe_route", "moe_experts", "mlp", "get_rows"}
+# the MLA layer's ropes, norms and pool writes run as the fused launches rope_n, norm_n, set_rows_n
+KINDS = {"embedding", "rmsnorm", "add_rmsnorm", "linear", "rope_n", "norm_n", "set_rows_n", "dsa_select",
+         "mla_attention", "moe_route", "moe_experts", "mlp", "get_rows"}
 BW = 2000.0  # --ceilings copy GB/s
 
 

@@ -99,9 +99,10 @@ static void test_profiled_step(void)
         sum += acc.rows[i].ms;
     }
     NB_CHECK_NEAR(sum, acc.op_ms, 1e-9 * (1 + acc.op_ms));
-    /* every op kind of the GLM-5 forward (engine/forward.c, model/glm_moe_dsa.c) */
-    static const char *const kinds[] = {"embedding", "rmsnorm",   "add_rmsnorm", "linear",    "rope",
-                                        "layernorm", "set_rows",  "dsa_select",  "mla_attention", "scale",
+    /* every op kind of the GLM-5 forward (engine/forward.c, model/glm_moe_dsa.c; the MLA
+     * layer's ropes, norms and pool writes go through the fused launches) */
+    static const char *const kinds[] = {"embedding", "rmsnorm",   "add_rmsnorm", "linear",    "rope_n",
+                                        "norm_n",    "set_rows_n", "dsa_select", "mla_attention",
                                         "moe_route", "moe_experts", "mlp",       "get_rows"};
     for (size_t i = 0; i < NB_ARRAY_LEN(kinds); i++) NB_CHECK_MSG(find(&acc, kinds[i], NULL), "no %s row", kinds[i]);
     /* the logits layer, named by its role: [vocab, hidden], read once, 2 tokens in and 2 rows of

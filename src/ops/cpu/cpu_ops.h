@@ -68,6 +68,11 @@ nb_status nb_cpu_moe_route(nb_ops_ctx *ctx, const nb_tensor *logits, const nb_ro
 nb_status nb_cpu_set_rows(nb_ops_ctx *ctx, const nb_tensor *src, const int32_t *rows, nb_tensor *dst);
 nb_status nb_cpu_get_rows(nb_ops_ctx *ctx, const nb_tensor *x, const int32_t *rows, nb_tensor *out);
 nb_status nb_cpu_scale(nb_ops_ctx *ctx, nb_tensor *x, float s);
+/* fused launches (ops.h); on the CPU the composition of the ops they name */
+nb_status nb_cpu_rope_n(nb_ops_ctx *ctx, int n, nb_tensor *const *x, const int32_t *pos, const nb_rope *const *rope);
+nb_status nb_cpu_norm_n(nb_ops_ctx *ctx, int n, const nb_norm_part *parts);
+nb_status nb_cpu_set_rows_n(nb_ops_ctx *ctx, int n, const nb_tensor *const *src, const int32_t *rows,
+                          nb_tensor *const *dst);
 nb_status nb_cpu_moe_experts(nb_ops_ctx *ctx, const nb_tensor *x, const nb_tensor *ids, const nb_tensor *weights,
                              const nb_moe_weights *w, int accumulate, nb_tensor *out);
 

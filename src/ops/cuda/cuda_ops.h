@@ -59,6 +59,13 @@ nb_status nb_cuda_rope(nb_ops_ctx *ctx, nb_tensor *x, const int32_t *pos, const 
 nb_status nb_cuda_set_rows(nb_ops_ctx *ctx, const nb_tensor *src, const int32_t *rows, nb_tensor *dst);
 nb_status nb_cuda_get_rows(nb_ops_ctx *ctx, const nb_tensor *x, const int32_t *rows, nb_tensor *out);
 nb_status nb_cuda_scale(nb_ops_ctx *ctx, nb_tensor *x, float s);
+/* Device-to-device copy of bytes on the context's stream. */
+nb_status nb_cuda_copy_d2d(nb_ops_ctx *ctx, void *dst, const void *src, size_t bytes);
+/* fused launches (ops.h), one kernel each */
+nb_status nb_cuda_rope_n(nb_ops_ctx *ctx, int n, nb_tensor *const *x, const int32_t *pos, const nb_rope *const *rope);
+nb_status nb_cuda_norm_n(nb_ops_ctx *ctx, int n, const nb_norm_part *parts);
+nb_status nb_cuda_set_rows_n(nb_ops_ctx *ctx, int n, const nb_tensor *const *src, const int32_t *rows,
+                          nb_tensor *const *dst);
 nb_status nb_cuda_linear(nb_ops_ctx *ctx, const nb_tensor *x, const nb_weight *w, nb_tensor *y);
 nb_status nb_cuda_mlp(nb_ops_ctx *ctx, const nb_tensor *x, const nb_weight *gate, const nb_weight *up,
                       const nb_weight *down, int accumulate, nb_tensor *out);
