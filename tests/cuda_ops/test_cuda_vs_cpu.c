@@ -99,6 +99,8 @@ static void test_norms(void)
     for (int which = 0; which < 6; which++) {
         norm_case(3, 512, which);
         norm_case(2, 6144, which);
+        norm_case(3, 37, which);   /* rows not a multiple of 4 floats: the global-memory path */
+        norm_case(1, 40000, which); /* wider than the registers hold: the same path */
     }
 }
 
@@ -169,6 +171,125 @@ static void test_rope(void)
             tu_free_all();
         }
     }
+}
+
+/* ---- fused launches (ops.h): one kernel against the CPU's composition -------------------- */
+
+/* The MLA layer's use: q_pe, k_pe (model table), index q and key (indexer table) in one launch. */
+static void test_rope_n(void)
+{
+    tu_seed(19);
+    const int T = 5, nh = 4, qk = 48, dim = 32, kw = 80, ih = 3, id = 64;
+    nb_rope ra, rb;
+    memset(&ra, 0, sizeof ra);
+    memset(&rb, 0, sizeof rb);
+    ra.dim = rb.dim = dim;
+    ra.interleave = 1;
+    ra.attention_scaling = 1.1f;
+    rb.attention_scaling = 1.0f;
+    for (int i = 0; i < dim / 2; i++) {
+        ra.inv_freq[i] = powf(10000.0f, -(float)(2 * i) / dim);
+        rb.inv_freq[i] = powf(500.0f, -(float)(2 * i) / dim);
+    }
+    const size_t nq = (size_t)T * nh * qk, nk = (size_t)T * kw, nqi = (size_t)T * ih * id, nki = (size_t)T * id;
+    float *h = malloc((nq + nk + nqi + nki) * 4), *b = malloc((nq + nk + nqi + nki) * 4);
+    tu_fill(h, nq + nk + nqi + nki, 1.0f);
+    float *dh = tu_up(h, (nq + nk + nqi + nki) * 4);
+    int32_t pos[5] = {0, 1, 4095, 77, 300};
+    nb_tensor v[2][4];
+    for (int g = 0; g < 2; g++) {
+        float *base = g ? dh : h;
+        v[g][0] = nb_tensor_3d(base + 16, F32, T, nh, qk);
+        v[g][0].shape[2] = dim;
+        v[g][1] = nb_tensor_3d(base + nq + 48, F32, T, 1, dim);
+        v[g][1].stride[0] = kw;
+        v[g][2] = nb_tensor_3d(base + nq + nk, F32, T, ih, id);
+        v[g][2].shape[2] = dim;
+        v[g][3] = nb_tensor_3d(base + nq + nk + nqi, F32, T, 1, dim);
+        v[g][3].stride[0] = id;
+        for (int i = 0; i < 4; i++) v[g][i].device = g ? NB_DEVICE_CUDA : NB_DEVICE_CPU;
+    }
+    nb_tensor *hx[] = {&v[0][0], &v[0][1], &v[0][2], &v[0][3]}, *dx[] = {&v[1][0], &v[1][1], &v[1][2], &v[1][3]};
+    const nb_rope *tabs[] = {&ra, &ra, &rb, &rb};
+    NB_CHECK_OK(nb_op_rope_n(tu_cpu, 4, hx, pos, tabs));
+    NB_CHECK_OK(nb_op_rope_n(tu_gpu, 4, dx, tu_up(pos, sizeof pos), tabs));
+    NB_CHECK_OK(nb_ops_download(tu_gpu, b, dh, (nq + nk + nqi + nki) * 4));
+    tu_compare("rope_n: q_pe, k_pe, index q, index key in one launch", h, b, nq + nk + nqi + nki, NB_TOL_F32);
+    const nb_rope *three[] = {&ra, &rb, &ra};
+    nb_rope rc = ra;
+    three[2] = &rc;
+    NB_CHECK(nb_op_rope_n(tu_gpu, 3, dx, tu_up(pos, sizeof pos), three) == NB_ERR_UNSUPPORTED);
+    free(h), free(b);
+    tu_free_all();
+}
+
+/* The MLA layer's norms over one row of the four projections [q_a | kv_a | wk | weights]:
+ * rmsnorm, rmsnorm of the latent (k_pe left alone), layernorm, scale; then the same at an
+ * odd offset (unaligned rows: the global-memory path). */
+static void test_norm_n(void)
+{
+    tu_seed(20);
+    for (int odd = 0; odd < 2; odd++) {
+        const int T = 3, W = 2048 + 576 + 128 + 32, ld = W + 4;
+        const int off[4] = {0, 2048, 2624, 2752}, d[4] = {2048, 512, 128, 32};
+        const size_t n = (size_t)T * ld + 4;
+        float *h = malloc(n * 4), *b = malloc(n * 4), *wt = malloc(2048 * 4 * 3);
+        tu_fill(h, n, 2.0f);
+        tu_fill(wt, 2048 * 3, 1.0f);
+        float *dh = tu_up(h, n * 4), *dw = tu_up(wt, 2048 * 4 * 3);
+        nb_tensor v[2][4];
+        nb_norm_part parts[2][4];
+        for (int g = 0; g < 2; g++) {
+            float *base = (g ? dh : h) + odd, *w = g ? dw : wt;
+            for (int i = 0; i < 4; i++) {
+                v[g][i] = nb_tensor_2d(base + off[i], F32, T, d[i]);
+                v[g][i].stride[0] = ld;
+                v[g][i].device = g ? NB_DEVICE_CUDA : NB_DEVICE_CPU;
+            }
+            parts[g][0] = (nb_norm_part){NB_NORM_RMS, &v[g][0], &v[g][0], w, NULL, 1e-6f, 1.0f};
+            parts[g][1] = (nb_norm_part){NB_NORM_RMS, &v[g][1], &v[g][1], w + 2048, NULL, 1e-6f, 1.0f};
+            parts[g][2] = (nb_norm_part){NB_NORM_LAYER, &v[g][2], &v[g][2], w + 4096, w + 4096 + 512, 1e-6f, 1.0f};
+            parts[g][3] = (nb_norm_part){NB_NORM_SCALE, &v[g][3], &v[g][3], NULL, NULL, 0.0f, 0.1767767f};
+        }
+        NB_CHECK_OK(nb_op_norm_n(tu_cpu, 4, parts[0]));
+        NB_CHECK_OK(nb_op_norm_n(tu_gpu, 4, parts[1]));
+        NB_CHECK_OK(nb_ops_download(tu_gpu, b, dh, n * 4));
+        tu_compare(odd ? "norm_n: rms, rms, layer, scale parts of one row, unaligned" : "norm_n: rms, rms, layer, scale parts of one row",
+                   h, b, n, NB_TOL_F32);
+        free(h), free(b), free(wt);
+        tu_free_all();
+    }
+}
+
+static void test_set_rows_n(void)
+{
+    tu_seed(21);
+    const int T = 4, n = 30, w0 = 576, w1 = 128, ldp = 800;
+    float *src = malloc(T * (w0 + w1) * 4), *pool = malloc(n * ldp * 4), *pool2 = malloc(n * ldp * 4);
+    tu_fill(src, T * (w0 + w1), 1.0f);
+    tu_fill(pool, n * ldp, 1.0f);
+    int32_t rows[4] = {3, 29, 0, 17};
+    float *ds = tu_up(src, T * (w0 + w1) * 4), *dpool = tu_up(pool, n * ldp * 4);
+    nb_tensor s[2][2], dd[2][2];
+    for (int g = 0; g < 2; g++) {
+        float *sb = g ? ds : src, *pb = g ? dpool : pool;
+        s[g][0] = nb_tensor_2d(sb, F32, T, w0);
+        s[g][1] = nb_tensor_2d(sb + T * w0, F32, T, w1);
+        dd[g][0] = nb_tensor_2d(pb, F32, n, w0);
+        dd[g][1] = nb_tensor_2d(pb + 640, F32, n, w1);
+        for (int i = 0; i < 2; i++) {
+            dd[g][i].stride[0] = ldp;
+            s[g][i].device = dd[g][i].device = g ? NB_DEVICE_CUDA : NB_DEVICE_CPU;
+        }
+    }
+    const nb_tensor *hs[] = {&s[0][0], &s[0][1]}, *dsv[] = {&s[1][0], &s[1][1]};
+    nb_tensor *hd[] = {&dd[0][0], &dd[0][1]}, *ddv[] = {&dd[1][0], &dd[1][1]};
+    NB_CHECK_OK(nb_op_set_rows_n(tu_cpu, 2, hs, rows, hd));
+    NB_CHECK_OK(nb_op_set_rows_n(tu_gpu, 2, dsv, tu_up(rows, sizeof rows), ddv));
+    NB_CHECK_OK(nb_ops_download(tu_gpu, pool2, dpool, n * ldp * 4));
+    tu_compare("set_rows_n: latent and index key rows into two pool views", pool, pool2, n * ldp, 0.0);
+    free(src), free(pool), free(pool2);
+    tu_free_all();
 }
 
 /* ---- linear and mlp ------------------------------------------------------------------- */
@@ -685,6 +806,9 @@ static const nb_test tests[] = {
     {"norms", test_norms},
     {"rows", test_rows},
     {"rope", test_rope},
+    {"rope_n", test_rope_n},
+    {"norm_n", test_norm_n},
+    {"set_rows_n", test_set_rows_n},
     {"linear_gemv", test_linear_gemv},
     {"linear_gemv_vec", test_linear_gemv_vec},
     {"linear_lt", test_linear_lt},
