@@ -313,7 +313,11 @@ static void linear_case_ex(nb_wfmt fmt, int T, int n, int k, int bias, unsigned 
     NB_CHECK_OK(nb_op_linear(tu_gpu, &dx, &w.d, &dy));
     tu_down(&dy, yb);
     char name[128], path[48];
-    if (nb_cuda_linear_should_use_lt(T, fmt)) {
+    const char *route = nb_cuda_linear_path_name(&w.d, (const float *)dx.data, (int64_t)ldx, T);
+    if (!strcmp(route, "mma")) {
+        nb_cuda_mma_plan p = nb_cuda_mma_plan_for(&w.d, T, 132);
+        snprintf(path, sizeof path, "mma %d terms NT=%d ks~%d", p.terms, p.token_tiles, p.ksplit);
+    } else if (!strcmp(route, "lt")) {
         snprintf(path, sizeof path, "lt%s", flags & NB_WEIGHT_FEEDS_TOPK ? ", 2 terms" : "");
     } else {
         nb_cuda_gemv_plan p = nb_cuda_gemv_plan_for(&w.d, T, 132);
@@ -354,6 +358,7 @@ static void test_linear_gemv(void)
 static void test_linear_gemv_vec(void)
 {
     tu_seed(13);
+    nb_cuda_linear_force_mma(1); /* BF16 from 3 tokens would take the skinny GEMM */
     const int Ts[] = {1, 2, 3, 4, 5, 8, 10, 16};
     for (int f = NB_WFMT_BF16; f <= NB_WFMT_NVFP4; f++) {
         for (size_t i = 0; i < NB_ARRAY_LEN(Ts); i++) linear_case((nb_wfmt)f, Ts[i], 203, 2048, i % 2, NB_TOL_F32);
@@ -376,11 +381,62 @@ static void test_linear_gemv_vec(void)
     }
     linear_case(NB_WFMT_BF16, 10, 2048, 6144, 0, NB_TOL_F32);
     linear_case(NB_WFMT_NVFP4, 2, 1024, 6144, 1, NB_TOL_F32);
+    nb_cuda_linear_force_mma(0);
+}
+
+/* The tensor-core skinny GEMM (linear_mma.cu) at the float32 tolerance: every T in 3..64
+ * (each token tile, partial tiles; n <= 1024 takes it automatically up to 64), rows that are not a multiple of 16, K a multiple of 32
+ * but not of the 256-wide chunk, split-K ranges with partial sums (small n, large k),
+ * GLM-5-sized shapes, three terms, T = 1 and 2 when forced, and the shapes it does not
+ * take (K % 32, misaligned activations) going to the GEMV / cuBLASLt instead. */
+static void mlp_case(nb_wfmt fmt, int T, int H, int I, double tol);
+
+static void linear_mma_case(int T, int n, int k, int bias, int ldx_pad, int want_mma)
+{
+    tu_weight probe; /* the route only depends on the format, shape and activation layout */
+    tu_weight_make(&probe, NB_WFMT_BF16, n, k, 0.1f, 0);
+    float *dxp = nb_ops_alloc(tu_gpu, (size_t)T * (size_t)(k + ldx_pad) * 4);
+    const char *route = nb_cuda_linear_path_name(&probe.d, dxp, k + ldx_pad, T);
+    NB_CHECK(!strcmp(route, "mma") == !!want_mma);
+    nb_ops_free(tu_gpu, dxp);
+    tu_weight_free(&probe);
+    linear_case_ex(NB_WFMT_BF16, T, n, k, bias, 0, ldx_pad,
+                   want_mma || T <= NB_CUDA_LINEAR_GEMV_MAX_TOKENS ? NB_TOL_F32 : NB_TOL_BF16);
+}
+
+static void test_linear_mma(void)
+{
+    tu_seed(15);
+    for (int T = NB_CUDA_LINEAR_MMA_MIN_TOKENS; T <= NB_CUDA_LINEAR_MMA_MAX_TOKENS; T++)
+        linear_mma_case(T, 200, 1024 + 32 * 3, T % 2, 4, 1);
+    linear_mma_case(10, 40, 8192 + 32, 1, 4, 1);   /* 2.5 row tiles, many K ranges */
+    linear_mma_case(37, 96, 16384, 0, 4, 1);
+    linear_mma_case(10, 2048, 6144, 0, 4, 1);     /* q_a_proj */
+    linear_mma_case(64, 576, 6144, 1, 4, 1);      /* kv_a_proj_with_mqa */
+    linear_mma_case(16, 6144, 2048, 0, 4, 1);
+    nb_cuda_linear_force_mma_terms(3);
+    linear_mma_case(10, 200, 2048, 1, 4, 1);
+    linear_mma_case(64, 130, 4096, 0, 4, 1);
+    nb_cuda_linear_force_mma_terms(0);
+    nb_cuda_linear_force_mma(2);
+    linear_mma_case(1, 200, 2048, 1, 4, 1);
+    linear_mma_case(2, 72, 4096, 0, 4, 1);
+    nb_cuda_linear_force_mma(0);
+    linear_mma_case(10, 64, 1000, 1, 4, 0);       /* K % 32: the GEMV */
+    linear_mma_case(40, 64, 1000, 0, 4, 0);       /* K % 32: cuBLASLt */
+    linear_mma_case(10, 64, 1024, 1, 1, 0);       /* misaligned activations */
+    linear_mma_case(80, 64, 1024, 1, 4, 0);       /* past 64 tokens: cuBLASLt */
+    mlp_case(NB_WFMT_BF16, 40, 256, 384, NB_TOL_F32); /* accumulate into the output */
+    nb_cuda_linear_force_mma(2); /* gate/up have 1536 rows: cuBLASLt's unless forced */
+    mlp_case(NB_WFMT_BF16, 64, 512, 1536, NB_TOL_F32);
+    nb_cuda_linear_force_mma(0);
+    linear_mma_case(32, 2048, 1024, 0, 4, 0);     /* more than 16 tokens on a large weight: cuBLASLt */
 }
 
 static void test_linear_lt(void)
 {
     tu_seed(11);
+    nb_cuda_linear_force_mma(1); /* BF16 weights at 17..64 tokens would take the skinny GEMM */
     for (int f = 0; f < 4; f++) {
         linear_case((nb_wfmt)f, 17, 256, 512, 1, NB_TOL_BF16); /* one BF16 activation term */
         linear_case((nb_wfmt)f, 200, 384, 256, 0, NB_TOL_BF16);
@@ -391,6 +447,7 @@ static void test_linear_lt(void)
     nb_cuda_linear_force_terms(2);
     linear_case(NB_WFMT_BF16, 64, 128, 1024, 1, NB_TOL_LT_BF16W);
     nb_cuda_linear_force_terms(0);
+    nb_cuda_linear_force_mma(0);
 }
 
 /* A resident NVFP4 weight: the first lt call caches its BF16 expansion, the second reads
@@ -811,6 +868,7 @@ static const nb_test tests[] = {
     {"set_rows_n", test_set_rows_n},
     {"linear_gemv", test_linear_gemv},
     {"linear_gemv_vec", test_linear_gemv_vec},
+    {"linear_mma", test_linear_mma},
     {"linear_lt", test_linear_lt},
     {"linear_lt_cache", test_linear_lt_cache},
     {"mlp", test_mlp},

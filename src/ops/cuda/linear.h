@@ -3,8 +3,8 @@
  * splits activations into. C-only; the op itself is nb_op_linear (ops.h).
  *
  * Paths, read top to bottom (nb_cuda_linear_path_name names the one a call takes):
- *   BF16 weights (16-byte aligned rows, K a multiple of 32) at NB_CUDA_LINEAR_MMA_MIN_TOKENS
- *     <= T <= NB_CUDA_LINEAR_MMA_MAX_TOKENS: the tensor-core skinny GEMM (linear_mma.cu):
+ *   BF16 weights (16-byte aligned rows, K a multiple of 32) at 3 <= T <= 16 (<= 64 when the
+ *     weight has at most 1024 rows): the tensor-core skinny GEMM (linear_mma.cu):
  *     weights as mma.sync A operands straight from global memory, activations as two BF16
  *     terms (hi + lo, ~16 mantissa bits: within the float32 tolerance), split-K.
  *   T <= NB_CUDA_LINEAR_GEMV_MAX_TOKENS: GEMV, float32 products, the CPU op's arithmetic.
@@ -45,11 +45,15 @@ void nb_cuda_linear_force_ksplit(int ksplit);
 void nb_cuda_linear_force_staged(int staged);
 void nb_cuda_linear_force_terms(int terms);
 
-/* The tensor-core skinny GEMM for BF16 weights (linear_mma.cu). From 3 tokens it beats the
- * float32 GEMV (instruction-bound there); up to 64 it streams the weight once where
- * cuBLASLt's tiles do not. */
+/* The tensor-core skinny GEMM for BF16 weights (linear_mma.cu), supported for 1..64 tokens.
+ * Taken automatically from MIN_TOKENS to AUTO_MAX_TOKENS (it beat the float32 GEMV, which is
+ * instruction-bound there, on every GLM-5 shape from 3 tokens), and up to MAX_TOKENS for
+ * weights of at most SMALL_N rows (kv_a [576 x 6144] at 32 and 64 tokens beat cuBLASLt;
+ * larger weights ran faster on cuBLASLt's one-term BF16 GEMM there): bench/RESULTS.md. */
 #define NB_CUDA_LINEAR_MMA_MIN_TOKENS 3
+#define NB_CUDA_LINEAR_MMA_AUTO_MAX_TOKENS 16
 #define NB_CUDA_LINEAR_MMA_MAX_TOKENS 64
+#define NB_CUDA_LINEAR_MMA_SMALL_N 1024
 
 /* The launch plan of one call: token_tiles n8 tiles (T <= 8 * token_tiles), terms BF16
  * activation terms, warps per block (16 rows each), blocks_n along the rows, ksplit K ranges
@@ -64,7 +68,7 @@ nb_cuda_mma_plan nb_cuda_mma_plan_for(const nb_weight *w, int64_t T, int sm_coun
 
 /* Whether a call goes to the skinny GEMM: a BF16 weight with 16-byte aligned rows and K % 32
  * == 0, activations (x may be NULL: not checked) 16-byte aligned with ldx % 4 == 0, and T in
- * range (NB_CUDA_LINEAR_MMA_MIN_TOKENS unless forced). */
+ * the automatic range above (1..NB_CUDA_LINEAR_MMA_MAX_TOKENS when forced). */
 int nb_cuda_linear_mma_can(const nb_weight *w, const float *x, int64_t ldx, int64_t T);
 /* mma: 0 automatic, 1 never (the GEMV / cuBLASLt ladder as before it), 2 for every T in
  * 1..NB_CUDA_LINEAR_MMA_MAX_TOKENS it supports. terms: 0 automatic (2), 2 or 3 (exact float32

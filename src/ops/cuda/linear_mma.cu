@@ -171,7 +171,9 @@ __global__ void k_linear_mma_finish(const float *part, int ks, int T, int64_t n,
 extern "C" int nb_cuda_linear_mma_can(const nb_weight *w, const float *x, int64_t ldx, int64_t T)
 {
     if (g_force_mma == 1 || T < 1 || T > NB_CUDA_LINEAR_MMA_MAX_TOKENS) return 0;
-    if (g_force_mma != 2 && T < NB_CUDA_LINEAR_MMA_MIN_TOKENS) return 0;
+    if (g_force_mma != 2 && (T < NB_CUDA_LINEAR_MMA_MIN_TOKENS ||
+                             (T > NB_CUDA_LINEAR_MMA_AUTO_MAX_TOKENS && w->n > NB_CUDA_LINEAR_MMA_SMALL_N)))
+        return 0;
     if (w->fmt != NB_WFMT_BF16 || w->k % 32 || ((uintptr_t)w->data & 15)) return 0;
     if (w->row_stride && w->row_stride % 16) return 0;
     if (x && (ldx % 4 || ((uintptr_t)x & 15))) return 0;
