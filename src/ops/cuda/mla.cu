@@ -7,6 +7,9 @@
 // too small to fill the GPU splits each token's rows over blocks (chosen from the token count
 // and SM count only, so a captured graph stays valid as contexts grow); a second kernel
 // merges the splits. The absorption GEMMs around it are batched over heads (mla_gemm.cu).
+// A tensor-core variant of the attention kernel (k_mla_attend_mma, BF16 mma.sync, 32 heads per
+// block) runs where nb_cuda_mla_uses_mma (mla.h) says: NIBBLE_CUDA_MLA=f32|mma, else by
+// token count.
 // Exercised by tests/cuda_ops/test_cuda_vs_cpu.c (mla*), timed by
 // tests/cuda_ops/test_cuda_vs_cpu_mla_timing.c.
 #include <math.h>
@@ -596,7 +599,9 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
     const nb_cuda_mla_w W = *Wp;
     const int T = (int)q->shape[0], H = d->n_heads, r = d->kv_lora_rank, rope = d->qk_rope, nope = d->qk_nope,
               vd = d->v_dim;
-    const int mma = nb_cuda_mla_uses_mma(ctx, d, T), G = mma ? MMA_G : MLA_G;
+    /* a device whose opt-in shared memory is below the mma kernel's runs the float32 one */
+    const int mma = nb_cuda_mla_uses_mma(ctx, d, T) && mma_smem(r, rope) <= (size_t)max_smem,
+              G = mma ? MMA_G : MLA_G;
     const int groups = (H + G - 1) / G, S = mla_splits(T, groups, cs->sm_count);
     const int two = W.bf16 ? 2 : 1, hs = nope + vd;
     const int64_t T2 = (int64_t)two * T;
