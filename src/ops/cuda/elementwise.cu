@@ -42,11 +42,14 @@ extern "C" nb_status nb_cuda_embedding(nb_ops_ctx *ctx, const nb_weight *table, 
 #define NB_NORM_NV 8
 enum { NB_K_RMS = 0, NB_K_ADD_RMS = 1, NB_K_LAYER = 2, NB_K_SCALE = 3 };
 
-// Threads of a block for rows of d floats: about 4 float4 per thread, a multiple of 32.
+// Threads of a block for rows of d floats: about 4 float4 per thread, a multiple of 32, at
+// most NB_NORM_MAX_THREADS (k_norms' launch bound: the register arrays of the fast path do
+// not fit 1024 threads; the H200 refused such a launch for rows of 40000).
+#define NB_NORM_MAX_THREADS 512
 static unsigned norm_threads(int64_t d)
 {
     int64_t t = ((d + 15) / 16 + 31) / 32 * 32;
-    return (unsigned)(t < 32 ? 32 : t > 1024 ? 1024 : t);
+    return (unsigned)(t < 32 ? 32 : t > NB_NORM_MAX_THREADS ? NB_NORM_MAX_THREADS : t);
 }
 
 static bool norm_fast_ok(const void *p, int64_t ld, int64_t d, unsigned threads)
@@ -188,7 +191,7 @@ typedef struct norm_segs_dev {
 } norm_segs_dev;
 
 // grid (rows, segments): block (row t, segment i) normalizes row t of segment i.
-__global__ void k_norms(norm_segs_dev p)
+__global__ void __launch_bounds__(NB_NORM_MAX_THREADS) k_norms(norm_segs_dev p)
 {
     __shared__ double sh[32];
     const norm_seg_dev *g = &p.seg[blockIdx.y];
