@@ -30,7 +30,10 @@
 #define LM_PITCH (LM_KC + 32)     // shared row pitch in BF16: 576 bytes = 64 mod 128, conflict-free
 #define LM_MAX_WARPS 8
 #define LM_PARTIAL_BYTES (32u << 20) // split-K partials: sized once, never grown per T
-#define LM_PARTIAL_SLOT 5            // nb_cuda_scratch slot (linear.cu uses 0-2 for the lt path)
+// nb_cuda_scratch slot of the partials. Ops own slots 0-3 (callers 4-7: the engine's
+// activations and index arrays). Slot 1 holds only the lt path's per-call weight expansion
+// (linear.cu), never an input of a linear call, and lt and this kernel never share a call.
+#define LM_PARTIAL_SLOT 1
 
 static int g_force_mma;   // 0 auto, 1 never, 2 for every supported T in 1..64
 static int g_force_terms; // 0 auto (2), 2 or 3
