@@ -2,8 +2,10 @@
  * weight and vector of the model: the first marks the checkpoint tensors it references (to
  * size the progress bar and the copy), the second copies each marked tensor once and points
  * the twin's views at the copy; vectors outside the checkpoint (float32 norm copies, biases)
- * are copied one by one. MLA's kv_b is then registered per layer with the CUDA ops
- * (nb_cuda_mla_register: kept in the form the batched GEMMs read). */
+ * are copied one by one. On CUDA, an MLA layer's attention-input projections are then
+ * concatenated into one weight (cat_projections, nb_layer.a_cat; NIBBLE_CAT_PROJ=0 skips it)
+ * and MLA's kv_b is registered per layer with the CUDA ops (nb_cuda_mla_register: kept in
+ * the form the batched GEMMs read). */
 #include "model/upload.h"
 
 #include <stdlib.h>
