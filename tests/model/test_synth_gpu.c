@@ -250,8 +250,14 @@ static void test_load(void)
         mx = fmax(mx, fabs((double)lb[i]));
     }
     fprintf(stderr, "  logits: max |deferred - host| %.3g of max |logit| %.3g\n", md, mx);
-    /* the MoE kernels sum the k slots with atomics: the last bits may differ run to run */
-    NB_CHECK(mx > 0 && md <= 1e-4 * mx);
+    /* The weights are compared byte for byte above; the logits only within the BF16 paths'
+     * tolerance (1e-2). The repacked MoE kernels sum the k slots with float atomics, so the
+     * last bits of their output differ run to run, and the next MoE layer rounds its input
+     * to BF16: a last-bit difference that crosses a BF16 rounding boundary moves that
+     * element by 2^-9. Measured on the H200 (2026-11-30), two runs of one binary: 8.6e-4 and
+     * 8.3e-4 of the max logit with the default linears, 3.8e-6 with NIBBLE_CUDA_LINEAR=gemv
+     * (no boundary crossed that time), exactly 0 with the deterministic generic MoE kernels. */
+    NB_CHECK(mx > 0 && md <= 1e-2 * mx);
     nb_kv_pool_free_on(&pa, A.dev->ops);
     nb_kv_pool_free_on(&pb, B.dev->ops);
     free(la);
