@@ -73,6 +73,9 @@ void nb_session_conn_closed(nb_srv_req *r, int client_gone)
     nb_srv_req_unref(r);
 }
 
+/* Text of one event's token ids for a model without a tokenizer: "token_id:N" each. */
+#define NB_ID_TEXT_MAX 4096
+
 /* ---- engine thread ------------------------------------------------------------------ */
 
 static void nb_on_event(const nb_engine_event *ev, void *user)
@@ -84,6 +87,15 @@ static void nb_on_event(const nb_engine_event *ev, void *user)
     size_t nt = ev->type == NB_EVENT_TOKENS ? (size_t)ev->n_tokens : 0;
     size_t ntop = ev->top_logprobs ? (size_t)ev->n_top : 0;
     size_t tl = ev->type == NB_EVENT_TOKENS && ev->text ? ev->text_len : 0;
+    /* A model without a tokenizer (synthetic:glm5 and the like) has no text: each token is
+     * spelled as its logprobs entry is ("token_id:N"), so streamed chunks carry text and
+     * clients (nibble bench, SGLang's bench_serving) see every token arrive. */
+    char idtext[NB_ID_TEXT_MAX];
+    if (!s->tok && nt) {
+        tl = 0;
+        for (size_t k = 0; k < nt && tl + 24 < sizeof idtext; k++)
+            tl += (size_t)snprintf(idtext + tl, sizeof idtext - tl, "token_id:%d", (int)ev->token_ids[k]);
+    }
     /* One allocation per event: header, ids, logprobs, top alternatives, text. */
     size_t sz = sizeof(nb_srv_ev) + nt * sizeof(int32_t) + (ev->logprobs ? nt * sizeof(float) : 0) +
                 nt * ntop * sizeof(nb_token_logprob) + tl + 1 + 16;
@@ -105,7 +117,7 @@ static void nb_on_event(const nb_engine_event *ev, void *user)
         if (e->lps) memcpy(e->lps, ev->logprobs, nt * sizeof(float));
         if (ntop) memcpy(e->top, ev->top_logprobs, nt * ntop * sizeof(nb_token_logprob));
         if (!ntop) e->top = NULL;
-        if (tl) memcpy(e->text, ev->text, tl);
+        if (tl) memcpy(e->text, !s->tok && nt ? idtext : ev->text, tl);
         e->text[tl] = 0;
         e->text_len = tl;
     }
