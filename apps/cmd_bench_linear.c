@@ -39,11 +39,13 @@ int nb_cmd_bench_linear(int argc, char **argv)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: nibble bench-linear [--tokens 1,2,10] [--lt-tokens 512,4096|none]\n"
                    "                           [--format bf16|nvfp4|all]\n"
-                   "                           [--sweep] [--lt-host] [--iters 10]\n"
+                   "                           [--sweep] [--lt-host] [--lt-cold] [--iters 10]\n"
                    "  --tokens  decode token counts 1..64 (GEMV, or the skinny tensor-core GEMM for BF16\n"
                    "            from 3; its rows also time the route before it and three terms)\n"
                    "  --lt-host host time per cuBLASLt call at T = 600..799, algorithms keyed by exact T\n"
                    "            (before) and by T bucket\n"
+                   "  --lt-cold eager decode steps at T = 808, 744, 680, 616 on the cuBLASLt shapes, each call\n"
+                   "            timed between two events (first use vs cached; NIBBLE_CUDA_GEMM_WARM=0: no warm-up)\n"
                    "  --sweep   also time each forced GEMV K split (1, 2, 4, 8 warps per row group), with and\n"
                    "            without activations staged through shared memory\n");
             return 0;
@@ -54,6 +56,10 @@ int nb_cmd_bench_linear(int argc, char **argv)
         }
         if (!strcmp(a, "--lt-host")) {
             p.lt_host = 1;
+            continue;
+        }
+        if (!strcmp(a, "--lt-cold")) {
+            p.lt_cold = 1;
             continue;
         }
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;

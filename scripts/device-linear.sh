@@ -8,6 +8,8 @@
 #   tiny    synthetic:glm5-tiny greedy ids, cpu == cuda
 #   golden  tests/cuda_ops/cuda_golden_check.py (fixtures vs HF; greedy vs CPU; ~100 s)
 #   bench   nibble bench-linear $BENCH_ARGS (alone on the GPU, after the checks)
+#   cold    nibble bench-linear --lt-cold in two processes: NIBBLE_CUDA_GEMM_WARM=0 (before) and
+#           default (after the per-shape warm-up); first-use cost per call of eager steps
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/linear-out}
@@ -38,6 +40,12 @@ for s in $STEPS; do
       PYTHONUNBUFFERED=1 NIBBLE_BIN=$PWD/nibble-wrap.sh timeout ${GOLDEN_TIMEOUT:-100} python3 tests/cuda_ops/cuda_golden_check.py \
         >"$OUT/golden.log" 2>&1 || rc=1
       tail -5 "$OUT/golden.log" ;;
+    cold)
+      for v in 0 1; do
+        timeout ${COLD_TIMEOUT:-30} env "$LIBS" NIBBLE_CUDA_GEMM_WARM=$v $BUILD/nibble bench-linear --lt-cold --tokens none \
+          --lt-tokens none --format bf16 >"$OUT/cold_warm$v.log" 2>&1 || rc=1
+        grep -E "^lt cold|failed|error" "$OUT/cold_warm$v.log"
+      done ;;
     bench)
       timeout ${BENCH_TIMEOUT:-60} env "$LIBS" $BUILD/nibble bench-linear ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1 || rc=1
       cat "$OUT/bench.log" ;;

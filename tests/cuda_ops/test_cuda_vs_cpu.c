@@ -447,6 +447,22 @@ static void test_linear_lt(void)
     nb_cuda_linear_force_terms(2);
     linear_case(NB_WFMT_BF16, 64, 128, 1024, 1, NB_TOL_LT_BF16W);
     nb_cuda_linear_force_terms(0);
+    /* Warm-up of a new shape's buckets (issue 9): the first many-token call of [320 x 640]
+     * queries and launches every bucket's algorithm once, into the handle's own buffer (the
+     * result still matches); a later token count in another bucket queries nothing. Off: one
+     * query per bucket, as before. */
+    long q0, w0, q1, w1, q2, w2;
+    nb_cuda_linear_gemm_stats(tu_gpu, 1, &q0, &w0);
+    linear_case(NB_WFMT_BF16, 300, 320, 640, 1, NB_TOL_BF16);
+    nb_cuda_linear_gemm_stats(tu_gpu, -1, &q1, &w1);
+    linear_case(NB_WFMT_BF16, 900, 320, 640, 0, NB_TOL_BF16);
+    nb_cuda_linear_gemm_stats(tu_gpu, 0, &q2, &w2);
+    fprintf(stderr, "    warm-up: %ld queries, %ld launches on the first call; %ld queries on the second\n", q1 - q0,
+            w1 - w0, q2 - q1);
+    NB_CHECK(q1 - q0 >= 40 && w1 - w0 >= 40 && q2 == q1 && w2 == w1);
+    linear_case(NB_WFMT_BF16, 300, 352, 640, 0, NB_TOL_BF16); /* warm-up off: one query, no launch */
+    nb_cuda_linear_gemm_stats(tu_gpu, 1, &q0, &w0);
+    NB_CHECK(q0 == q2 + 1 && w0 == w2);
     nb_cuda_linear_force_mma(0);
 }
 

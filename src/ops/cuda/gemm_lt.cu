@@ -10,16 +10,28 @@
 // (nb_cuda_gemm_bucket) and the bucket's algorithm runs the exact M. When cuBLASLt refuses it for
 // that M, the exact M is queried once and cached as its own entry. Descriptors and layouts
 // live in the handle and are only re-pointed per call (attribute sets, no creates).
+//
+// Warm-up per shape (issue 9): the first call of a cold bucket was measured at ~1 ms or more in
+// the per-op profile of an eager decode step (the heuristic query on the host, and CUDA's lazy
+// loading of the module of a cuBLAS kernel the process had not launched yet, while the device
+// drained its queue). So the first miss of a shape (N, K, strides, C type) queries every bucket
+// up to NB_GEMM_WARM_MAX_M at once and launches each bucket's algorithm once on min(M, 16) rows
+// of the caller's A into the handle's own C buffer (loads its module; the caller's C is not
+// touched). Later bucket changes of that shape then cost a cache lookup. Skipped while a graph
+// is being captured (the launches would join the graph); NIBBLE_CUDA_GEMM_WARM=0 turns it off.
 #include <cublasLt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/error.h"
 #include "base/log.h"
 #include "ops/cuda/device.h"
 #include "ops/cuda/gemm_lt.h"
 
-#define NB_GEMM_CACHE 256
+#define NB_GEMM_CACHE 2048 /* ~48 buckets x shapes x C strides: the ring must not evict in a run */
+#define NB_GEMM_WARM_MAX_M 16384
+#define NB_GEMM_WARM_ROWS 16
 
 typedef struct {
     int M, N, K, lda, ldw, ldc, c_f32, valid;
@@ -39,8 +51,14 @@ struct nb_cuda_gemm {
     size_t workspace_bytes;
     nb_gemm_algo_entry cache[NB_GEMM_CACHE];
     int next;
+    int used; /* entries ever filled: find scans only these */
     int force_exact; /* nb_cuda_gemm_force_exact: key by exact M (the pre-bucket behaviour) */
     long queries;    /* heuristic queries so far */
+    double query_us; /* host time spent in them */
+    int warm;        /* -1: NIBBLE_CUDA_GEMM_WARM not read yet; 0 off; 1 on */
+    long warm_launches;
+    void *warm_c; /* C of the warm-up launches */
+    size_t warm_c_bytes;
     cublasLtMatmulDesc_t desc;      /* compute F32, W transposed: the same for every call */
     cublasLtMatrixLayout_t lw, la, lc[2]; /* re-pointed per call; lc[c_is_f32] */
     nb_gemm_buf_entry *bufs; /* owned operand buffers (nb_cuda_gemm_cache_*) */
@@ -68,6 +86,7 @@ extern "C" nb_status nb_cuda_gemm_create(nb_cuda_gemm **out, size_t workspace_by
         return nb_error(NB_ERR_CUDA, "cublasLtCreate failed");
     }
     g->workspace_bytes = workspace_bytes;
+    g->warm = -1;
     if (workspace_bytes && cudaMalloc(&g->workspace, workspace_bytes) != cudaSuccess) {
         cublasLtDestroy(g->lt);
         free(g);
@@ -96,12 +115,34 @@ extern "C" void nb_cuda_gemm_force_exact(nb_cuda_gemm *g, int exact)
 {
     if (g->force_exact != !!exact) {
         for (int i = 0; i < NB_GEMM_CACHE; i++) g->cache[i].valid = 0;
-        g->next = 0;
+        g->next = g->used = 0;
     }
     g->force_exact = !!exact;
 }
 
 extern "C" long nb_cuda_gemm_queries(const nb_cuda_gemm *g) { return g->queries; }
+
+extern "C" double nb_cuda_gemm_query_us(const nb_cuda_gemm *g) { return g->query_us; }
+
+extern "C" long nb_cuda_gemm_warm_launches(const nb_cuda_gemm *g) { return g->warm_launches; }
+
+extern "C" void nb_cuda_gemm_set_warm(nb_cuda_gemm *g, int on) { g->warm = on < 0 ? -1 : !!on; }
+
+static int warm_on(nb_cuda_gemm *g)
+{
+    if (g->warm < 0) {
+        const char *e = getenv("NIBBLE_CUDA_GEMM_WARM");
+        g->warm = !(e && !strcmp(e, "0"));
+    }
+    return g->warm;
+}
+
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
+}
 
 extern "C" int nb_cuda_gemm_bucket(int M)
 {
@@ -135,6 +176,7 @@ extern "C" void nb_cuda_gemm_destroy(nb_cuda_gemm *g)
     if (g->lw) cublasLtMatrixLayoutDestroy(g->lw);
     if (g->desc) cublasLtMatmulDescDestroy(g->desc);
     cudaFree(g->workspace);
+    cudaFree(g->warm_c);
     cublasLtDestroy(g->lt);
     free(g);
 }
@@ -142,9 +184,9 @@ extern "C" void nb_cuda_gemm_destroy(nb_cuda_gemm *g)
 // The cached entry for (M, N, K, ...) or NULL.
 static nb_gemm_algo_entry *find(nb_cuda_gemm *g, int M, int exact, int N, int K, int lda, int ldw, int ldc, int c_f32)
 {
-    for (int i = 0; i < NB_GEMM_CACHE; i++) {
+    for (int i = 0; i < g->used; i++) {
         nb_gemm_algo_entry *e = &g->cache[i];
-        if (e->valid && e->M == M && e->exact == exact && e->N == N && e->K == K && e->lda == lda &&
+        if (e->valid && e->N == N && e->K == K && e->M == M && e->exact == exact && e->lda == lda &&
             e->ldw == ldw && e->ldc == ldc && e->c_f32 == c_f32)
             return e;
     }
@@ -163,18 +205,75 @@ static nb_status query(nb_cuda_gemm *g, int Mq, int exact, int N, int K, int lda
     NB_LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
     NB_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &g->workspace_bytes,
                                                    sizeof g->workspace_bytes));
-    NB_LT_TRY(cublasLtMatmulAlgoGetHeuristic(g->lt, g->desc, g->lw, g->la, lc, lc, pref, 1, &res, &found));
+    {
+        const double t0 = now_us();
+        cublasStatus_t r = cublasLtMatmulAlgoGetHeuristic(g->lt, g->desc, g->lw, g->la, lc, lc, pref, 1, &res, &found);
+        g->query_us += now_us() - t0;
+        NB_LT_TRY(r);
+    }
     g->queries++;
     if (!found) {
         st = nb_error(NB_ERR_UNSUPPORTED, "gemm: cuBLASLt has no algorithm for M=%d N=%d K=%d", Mq, N, K);
         goto done;
     }
     *out = &g->cache[g->next];
+    if (g->next >= g->used) g->used = g->next + 1;
     g->next = (g->next + 1) % NB_GEMM_CACHE;
     **out = (nb_gemm_algo_entry){Mq, N, K, lda, ldw, ldc, c_f32, 1, exact, res.algo};
 done:
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     return st;
+}
+
+// The warm-up of a shape's first miss (file comment). Errors are not the caller's: a bucket
+// whose query or launch fails is left to the ordinary path, which reports its own failure.
+static void warm_shape(nb_cuda_gemm *g, cudaStream_t stream, int M, int N, int K, const void *A, int lda,
+                       const void *W, int ldw, int ldc, int cf)
+{
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) {
+        cudaGetLastError();
+        return;
+    }
+    const int rows = M < NB_GEMM_WARM_ROWS ? M : NB_GEMM_WARM_ROWS;
+    const size_t cb = (size_t)rows * (size_t)ldc * (cf ? 4 : 2);
+    if (g->warm_c_bytes < cb) {
+        void *p = NULL;
+        cudaStreamSynchronize(stream); // the old buffer may still be written by a queued launch
+        if (cudaMalloc(&p, cb) != cudaSuccess) {
+            cudaGetLastError();
+            return;
+        }
+        cudaFree(g->warm_c);
+        g->warm_c = p;
+        g->warm_c_bytes = cb;
+    }
+    cublasLtMatrixLayout_t lc = g->lc[cf];
+    const float one = 1.0f, zero = 0.0f;
+    int prev = 0;
+    for (int m = NB_GEMM_WARM_ROWS + 1; m <= NB_GEMM_WARM_MAX_M; m++) {
+        const int b = nb_cuda_gemm_bucket(m);
+        if (b == prev) continue;
+        prev = b;
+        nb_gemm_algo_entry *e = find(g, b, 0, N, K, lda, ldw, ldc, cf);
+        if (!e) {
+            if (set_layout(g->la, (uint64_t)K, (uint64_t)b, lda) != NB_OK ||
+                set_layout(lc, (uint64_t)N, (uint64_t)b, ldc) != NB_OK ||
+                query(g, b, 0, N, K, lda, ldw, ldc, cf, &e) != NB_OK) {
+                nb_error_clear();
+                continue;
+            }
+        }
+        if (set_layout(g->la, (uint64_t)K, (uint64_t)rows, lda) != NB_OK ||
+            set_layout(lc, (uint64_t)N, (uint64_t)rows, ldc) != NB_OK) {
+            nb_error_clear();
+            continue;
+        }
+        if (cublasLtMatmul(g->lt, g->desc, &one, W, g->lw, A, g->la, &zero, g->warm_c, lc, g->warm_c, lc, &e->algo,
+                           g->workspace, g->workspace_bytes, stream) == CUBLAS_STATUS_SUCCESS)
+            g->warm_launches++;
+    }
+    cudaGetLastError();
 }
 
 extern "C" nb_status nb_cuda_gemm_bf16(nb_cuda_gemm *g, void *stream, int M, int N, int K, const void *A,
@@ -191,6 +290,10 @@ extern "C" nb_status nb_cuda_gemm_bf16(nb_cuda_gemm *g, void *stream, int M, int
     NB_TRY(set_layout(g->lw, (uint64_t)K, (uint64_t)N, ldw)); // W^T viewed col-major K x N
     nb_gemm_algo_entry *hit = find(g, M, 1, N, K, lda, ldw, ldc, cf);
     if (!hit) hit = find(g, Mb, 0, N, K, lda, ldw, ldc, cf);
+    if (!hit && !g->force_exact && M > NB_GEMM_WARM_ROWS && warm_on(g)) {
+        warm_shape(g, (cudaStream_t)stream, M, N, K, A, lda, W, ldw, ldc, cf);
+        hit = find(g, Mb, 0, N, K, lda, ldw, ldc, cf);
+    }
     if (!hit) {
         // Query at the bucket's top: layouts sized for Mb (A is only described, not read).
         NB_TRY(set_layout(g->la, (uint64_t)K, (uint64_t)Mb, lda));

@@ -3,7 +3,7 @@
  * A and W are BF16; C is BF16 or F32. Algorithms come from cuBLASLt's heuristic, cached
  * per shape with M rounded up to a bucket (nb_cuda_gemm_bucket), so that a token count that
  * changes every step does not query again; an M the bucket's algorithm refuses is queried
- * exactly, once. cuBLASLt is also the upper bound every hand-written dense kernel is judged
+ * exactly, once. A shape's first bucket miss warms all its buckets (nb_cuda_gemm_set_warm). cuBLASLt is also the upper bound every hand-written dense kernel is judged
  * against (bench-gemm). Test: tests/cuda_ops/test_gemm_lt.c (label gpu). */
 #ifndef NB_OPS_CUDA_GEMM_LT_H
 #define NB_OPS_CUDA_GEMM_LT_H
@@ -30,8 +30,15 @@ int nb_cuda_gemm_bucket(int M);
 /* 1: key the cache by exact M (a heuristic query for every new M: the behaviour before
  * buckets, kept for A/B timing); 0: buckets (default). Changing it empties the cache. */
 void nb_cuda_gemm_force_exact(nb_cuda_gemm *g, int exact);
-/* Heuristic queries issued by this handle so far (tests, bench-linear). */
+/* Heuristic queries issued by this handle so far (tests, bench-linear), and their host time. */
 long nb_cuda_gemm_queries(const nb_cuda_gemm *g);
+double nb_cuda_gemm_query_us(const nb_cuda_gemm *g);
+/* Warm-up of a shape on its first bucket miss (M > 16, not capturing): every bucket up to
+ * M = 16384 is queried and its algorithm launched once on 16 rows into a handle-owned C, so
+ * later bucket changes neither query nor load a kernel module mid-step. on: 1 / 0, or -1 to
+ * follow NIBBLE_CUDA_GEMM_WARM (default on; "0" off). Launch count for bench-linear. */
+void nb_cuda_gemm_set_warm(nb_cuda_gemm *g, int on);
+long nb_cuda_gemm_warm_launches(const nb_cuda_gemm *g);
 
 /* Device buffers the handle owns, found by (key, bytes): BF16 expansions of weights kept as
  * GEMM operands (ops/cuda/linear.h). put takes ownership of `buf` (cudaMalloc'd) or

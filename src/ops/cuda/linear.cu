@@ -256,6 +256,14 @@ extern "C" void nb_cuda_linear_cache_stats(nb_ops_ctx *ctx, int *entries, size_t
     if (bytes) *bytes = b;
 }
 
+extern "C" void nb_cuda_linear_gemm_stats(nb_ops_ctx *ctx, int warm, long *queries, long *warm_launches)
+{
+    nb_cuda_gemm *g = nb_cuda_st(ctx)->gemm;
+    if (warm >= 0) nb_cuda_gemm_set_warm(g, warm);
+    if (queries) *queries = nb_cuda_gemm_queries(g);
+    if (warm_launches) *warm_launches = nb_cuda_gemm_warm_launches(g);
+}
+
 static nb_status lt(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T, const nb_weight *w, float *y,
                     int64_t ldy, int accumulate)
 {

@@ -85,6 +85,9 @@ const char *nb_cuda_linear_path_name(const nb_weight *w, const float *x, int64_t
  * (default 8192) and its total stays under NIBBLE_CUDA_LINEAR_CACHE_MB (default: no cap;
  * 0 disables it). Entries are freed with the context. */
 void nb_cuda_linear_cache_stats(nb_ops_ctx *ctx, int *entries, size_t *bytes);
+/* The context's cuBLASLt handle: heuristic queries and warm-up launches so far
+ * (gemm_lt.h, nb_cuda_gemm_set_warm); warm: 1 / 0 sets the warm-up, -1 leaves it. */
+void nb_cuda_linear_gemm_stats(nb_ops_ctx *ctx, int warm, long *queries, long *warm_launches);
 
 #ifdef __cplusplus
 }

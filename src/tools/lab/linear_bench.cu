@@ -1,5 +1,5 @@
 // Lab timing of the CUDA linear op (tools/lab/linear_bench.h).
-// Exercise: nibble bench-linear [--tokens 1,2,10,64] [--lt-tokens 512,4096] [--sweep] [--lt-host]
+// Exercise: nibble bench-linear [--tokens 1,2,10,64] [--lt-tokens 512,4096] [--sweep] [--lt-host] [--lt-cold]
 // Weights are random bits generated on the device (BF16 drawn in [-2, 2], NVFP4 codes any,
 // E4M3 scales normal), so only time is measured here; tests/cuda_ops checks the values.
 #include <math.h>
@@ -30,7 +30,20 @@ static const lb_shape lb_shapes[] = {
     {"lm_head 6144->154880", 154880, 6144},
 };
 #define LB_NSHAPES ((int)(sizeof lb_shapes / sizeof lb_shapes[0]))
-#define LB_LT_SHAPES 6 // the lm_head is left out of the many-token rows (its output alone is GBs)
+
+// The many-token (cuBLASLt) rows and --lt-cold: GLM-5's linears as the model runs them at
+// hundreds of tokens (issue 9), in a layer's order. The lm_head is left out (its output alone is GBs).
+static const lb_shape lb_lt_shapes[] = {
+    {"attn_in 6144->2784", 2784, 6144},   // q_a + kv_a + indexer wk + weights_proj, concatenated
+    {"q_b 2048->16384", 16384, 2048},
+    {"idx_wq_b 2048->4096", 4096, 2048},
+    {"o 16384->6144", 6144, 16384},
+    {"gate_up 6144->24576", 24576, 6144}, // dense MLP
+    {"down 12288->6144", 6144, 12288},
+    {"sh_gate_up 6144->4096", 4096, 6144}, // shared expert
+    {"sh_down 2048->6144", 6144, 2048},
+};
+#define LB_LT_NSHAPES ((int)(sizeof lb_lt_shapes / sizeof lb_lt_shapes[0]))
 
 __device__ __forceinline__ uint32_t lb_hash(uint64_t x)
 {
@@ -99,6 +112,7 @@ static nb_status lb_ceilings(double *copy_GBps, double *bf16_TFLOPs)
     const int M = 8192;
     nb_cuda_gemm *g = NULL;
     NB_TRY(nb_cuda_gemm_create(&g, 32u << 20));
+    nb_cuda_gemm_set_warm(g, 0); // one shape, one M: and no kernel loads ahead of --lt-cold
     NB_TRY(lb_fill_dev(a, (size_t)M * M * 2, 2, 2));
     NB_TRY(lb_fill_dev(b, (size_t)M * M * 2, 3, 2));
     void *c = (uint8_t *)a + (size_t)M * M * 2;
@@ -316,6 +330,95 @@ static void lb_lt_host(lb_env *E, const lb_shape *sh, const nb_weight *w, int t0
     nb_cuda_linear_force_terms(0);
 }
 
+// First-use cost of the cuBLASLt path as an eager decode step sees it (issue 9): the eight
+// shapes in a layer's order, 8 "layers" per step, steps at T = 808, 744, 680, 616 (the
+// profiled steps of bench/h200-2026-11-30/profile-final.log), two BF16 terms, each call
+// bracketed by two events on the stream as the per-op profiler does (device time between
+// them, which includes device idle while the host queries the heuristic or loads a kernel
+// module). Two passes over the same sequence: the first from a fresh process and handle
+// (cold), the second with everything cached. Per (step, shape): mean and max ms per call.
+static nb_status lb_lt_cold(lb_env *E)
+{
+    static const int steps[] = {808, 744, 680, 616};
+    enum { NSTEP = 4, LAYERS = 8, CALLS = LAYERS * LB_LT_NSHAPES };
+    nb_ops_ctx *ctx = E->ctx;
+    cudaStream_t s = nb_cuda_stream(ctx);
+    nb_cuda_gemm *g = nb_cuda_st(ctx)->gemm;
+    void *data[LB_LT_NSHAPES] = {0};
+    nb_weight ws[LB_LT_NSHAPES];
+    cudaEvent_t ev[2 * CALLS];
+    nb_status st = NB_OK;
+    for (int i = 0; i < 2 * CALLS; i++) NB_CUDA_TRY(cudaEventCreate(&ev[i]));
+    for (int i = 0; i < LB_LT_NSHAPES && st == NB_OK; i++) {
+        const lb_shape *sh = &lb_lt_shapes[i];
+        if (cudaMalloc(&data[i], (size_t)(sh->n * sh->k) * 2) != cudaSuccess) {
+            st = nb_error(NB_ERR_OUT_OF_MEMORY, "bench-linear --lt-cold: weight %s", sh->name);
+            break;
+        }
+        st = lb_fill_dev(data[i], (size_t)(sh->n * sh->k) * 2, 21 + (uint64_t)i, 2);
+        memset(&ws[i], 0, sizeof ws[i]);
+        ws[i].fmt = NB_WFMT_BF16;
+        ws[i].n = sh->n;
+        ws[i].k = sh->k;
+        ws[i].data = data[i];
+        ws[i].global_scale = 1.0f;
+        ws[i].device = NB_DEVICE_CUDA;
+    }
+    // The model's prefill has grown the activation scratch long before: so does this.
+    if (st == NB_OK && !nb_cuda_scratch(ctx, 0, (size_t)2 * 1000 * 16384 * 2))
+        st = nb_error(NB_ERR_OUT_OF_MEMORY, "bench-linear --lt-cold: activation scratch");
+    if (st == NB_OK && cudaDeviceSynchronize() != cudaSuccess) st = nb_error(NB_ERR_CUDA, "bench-linear --lt-cold: fill");
+    nb_cuda_linear_force_terms(2);
+    const char *warm = getenv("NIBBLE_CUDA_GEMM_WARM");
+    printf("lt cold: eager steps at T = 808, 744, 680, 616, %d layers x %d shapes, 2 BF16 terms, warm-up %s\n", LAYERS,
+           LB_LT_NSHAPES, warm && !strcmp(warm, "0") ? "off (NIBBLE_CUDA_GEMM_WARM=0)" : "on");
+    for (int pass = 0; pass < 2 && st == NB_OK; pass++) {
+        for (int si = 0; si < NSTEP && st == NB_OK; si++) {
+            const int64_t T = steps[si];
+            const long q0 = nb_cuda_gemm_queries(g), w0 = nb_cuda_gemm_warm_launches(g);
+            const double qu0 = nb_cuda_gemm_query_us(g), h0 = lb_now_us();
+            for (int c = 0; c < CALLS && st == NB_OK; c++) {
+                const nb_weight *w = &ws[c % LB_LT_NSHAPES];
+                nb_tensor x = nb_tensor_2d(E->x, NB_DTYPE_F32, T, w->k), y = nb_tensor_2d(E->y, NB_DTYPE_F32, T, w->n);
+                x.device = y.device = NB_DEVICE_CUDA;
+                cudaEventRecord(ev[2 * c], s);
+                st = nb_op_linear(ctx, &x, w, &y);
+                cudaEventRecord(ev[2 * c + 1], s);
+            }
+            if (st == NB_OK && cudaStreamSynchronize(s) != cudaSuccess) st = nb_error(NB_ERR_CUDA, "lt cold: sync");
+            if (st != NB_OK) break;
+            const double wall = lb_now_us() - h0;
+            double total = 0;
+            for (int i = 0; i < LB_LT_NSHAPES; i++) {
+                const lb_shape *sh = &lb_lt_shapes[i];
+                float sum = 0, mx = 0, first = 0;
+                for (int l = 0; l < LAYERS; l++) {
+                    float ms = 0;
+                    cudaEventElapsedTime(&ms, ev[2 * (l * LB_LT_NSHAPES + i)], ev[2 * (l * LB_LT_NSHAPES + i) + 1]);
+                    sum += ms;
+                    mx = ms > mx ? ms : mx;
+                    if (l == 0) first = ms;
+                }
+                total += sum;
+                const double us = 1e3 * sum / LAYERS;
+                printf("lt cold  pass %d  T=%4lld  %-22s  mean %8.1f us/call (%6.1f TFLOP/s of 2 terms)  first %8.1f us  "
+                       "max %8.1f us\n",
+                       pass + 1, (long long)T, sh->name, us, 2.0 * 2.0 * T * sh->n * sh->k / (us * 1e-6) / 1e12,
+                       1e3 * first, 1e3 * mx);
+            }
+            printf("lt cold  pass %d  T=%4lld  step: %.2f ms in the events, wall %.2f ms; heuristic queries %ld (%.2f ms host), "
+                   "warm-up launches %ld\n",
+                   pass + 1, (long long)T, total, wall * 1e-3, nb_cuda_gemm_queries(g) - q0,
+                   (nb_cuda_gemm_query_us(g) - qu0) * 1e-3, nb_cuda_gemm_warm_launches(g) - w0);
+            fflush(stdout);
+        }
+    }
+    nb_cuda_linear_force_terms(0);
+    for (int i = 0; i < 2 * CALLS; i++) cudaEventDestroy(ev[i]);
+    for (int i = 0; i < LB_LT_NSHAPES; i++) cudaFree(data[i]);
+    return st;
+}
+
 static void lb_lt_rows(lb_env *E, int nvfp4, const lb_shape *sh, const nb_bench_linear_params *p, nb_weight *ws,
                        int copies, double wbytes)
 {
@@ -367,13 +470,14 @@ extern "C" nb_status nb_bench_linear_run(const nb_bench_linear_params *p)
            dev, E.copy_GBps, E.bf16_TFLOPs);
     NB_TRY(nb_ops_ctx_new_cuda(0, &E.ctx));
     E.sm_count = nb_cuda_st(E.ctx)->sm_count;
-    int64_t maxT = p->lt_host ? 1000 : 16, maxk = 0, maxn = 0, gemv_T = 16;
+    int64_t maxT = p->lt_host || p->lt_cold ? 1000 : 16, maxk = 0, maxn = 0, gemv_T = 16;
     for (int i = 0; i < p->n_tokens; i++) gemv_T = p->tokens[i] > gemv_T ? p->tokens[i] : gemv_T;
     maxT = gemv_T > maxT ? gemv_T : maxT;
     for (int i = 0; i < p->n_lt_tokens; i++) maxT = p->lt_tokens[i] > maxT ? p->lt_tokens[i] : maxT;
-    for (int i = 0; i < LB_NSHAPES; i++) {
-        maxk = lb_shapes[i].k > maxk ? lb_shapes[i].k : maxk;
-        if (i < LB_LT_SHAPES) maxn = lb_shapes[i].n > maxn ? lb_shapes[i].n : maxn;
+    for (int i = 0; i < LB_NSHAPES; i++) maxk = lb_shapes[i].k > maxk ? lb_shapes[i].k : maxk;
+    for (int i = 0; i < LB_LT_NSHAPES; i++) {
+        maxk = lb_lt_shapes[i].k > maxk ? lb_lt_shapes[i].k : maxk;
+        maxn = lb_lt_shapes[i].n > maxn ? lb_lt_shapes[i].n : maxn;
     }
     const size_t xb = (size_t)(maxT * maxk) * 4;
     const size_t yb = (size_t)NB_MAX(maxT * maxn, gemv_T * lb_shapes[LB_NSHAPES - 1].n) * 4;
@@ -385,18 +489,23 @@ extern "C" nb_status nb_bench_linear_run(const nb_bench_linear_params *p)
     if ((st = lb_fill_dev(E.x, xb, 5, 3)) != NB_OK) goto done;
     printf("%-6s %-22s %5s  %-22s %10s %9s %7s %9s %7s\n", "format", "shape (in->out)", "T", "path", "us/call", "GB/s",
            "%copy", "TFLOP/s", "%bf16");
+    if (p->lt_cold && (st = lb_lt_cold(&E)) != NB_OK) goto done;
     for (int f = 0; f < 2 && st == NB_OK; f++) {
         if ((f == 0 && !p->bf16) || (f == 1 && !p->nvfp4)) continue;
-        for (int si = 0; si < LB_NSHAPES && st == NB_OK; si++) {
+        // GEMV / skinny GEMM rows on lb_shapes, then the cuBLASLt rows on lb_lt_shapes.
+        for (int si = 0; si < LB_NSHAPES + LB_LT_NSHAPES && st == NB_OK; si++) {
+            const int is_lt = si >= LB_NSHAPES;
+            const lb_shape *sh = is_lt ? &lb_lt_shapes[si - LB_NSHAPES] : &lb_shapes[si];
+            if (is_lt ? !p->n_lt_tokens : !p->n_tokens && !(p->lt_host && f == 0 && si == 0)) continue;
             nb_weight ws[16];
             int copies = 0;
             void *data = NULL, *scale = NULL;
             double wbytes = 0;
-            st = lb_weights(&E, f, &lb_shapes[si], ws, &copies, &data, &scale, &wbytes);
-            if (st == NB_OK && p->lt_host && f == 0 && si == 0) lb_lt_host(&E, &lb_shapes[si], &ws[0], 600, 200);
+            st = lb_weights(&E, f, sh, ws, &copies, &data, &scale, &wbytes);
+            if (st == NB_OK && p->lt_host && f == 0 && si == 0) lb_lt_host(&E, sh, &ws[0], 600, 200);
             if (st == NB_OK) {
-                lb_gemv_rows(&E, f, &lb_shapes[si], p, ws, copies, wbytes);
-                if (si < LB_LT_SHAPES) lb_lt_rows(&E, f, &lb_shapes[si], p, ws, copies, wbytes);
+                if (is_lt) lb_lt_rows(&E, f, sh, p, ws, copies, wbytes);
+                else lb_gemv_rows(&E, f, sh, p, ws, copies, wbytes);
             }
             // Cached expansions are keyed by these pointers: drop them with a fresh context.
             nb_ops_ctx_free(E.ctx);

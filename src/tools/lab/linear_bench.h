@@ -6,7 +6,8 @@
  * prints microseconds, GB/s (weight + activation + output bytes), TFLOP/s and both as % of
  * the measured ceilings. The many-token rows time the cuBLASLt path with one and two BF16
  * activation terms, and for NVFP4 weights the cached BF16 expansion against expansion per
- * call. Front end: `nibble bench-linear` (apps/cmd_bench_linear.c). Correctness of the same
+ * call; --lt-cold replays the cuBLASLt calls of eager decode steps and times each call as the
+ * per-op profiler does, to show first-use costs (heuristic query, kernel module load). Front end: `nibble bench-linear` (apps/cmd_bench_linear.c). Correctness of the same
  * paths is tests/cuda_ops/test_cuda_vs_cpu (linear_*). */
 #ifndef NB_TOOLS_LAB_LINEAR_BENCH_H
 #define NB_TOOLS_LAB_LINEAR_BENCH_H
@@ -28,6 +29,7 @@ typedef struct nb_bench_linear_params {
     int sweep;                        /* also time every forced K split (1, 2, 4, 8) per GEMV point */
     int iters;                        /* timed graph replays per point (median) */
     int lt_host;                      /* time the cuBLASLt path's host cost at T = 600..799 (q_a, BF16) */
+    int lt_cold;                      /* replay eager steps at T = 808..616 per call, first use vs cached */
 } nb_bench_linear_params;
 
 nb_bench_linear_params nb_bench_linear_default_params(void);
