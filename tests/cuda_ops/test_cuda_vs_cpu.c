@@ -463,6 +463,14 @@ static void test_linear_lt(void)
     linear_case(NB_WFMT_BF16, 300, 352, 640, 0, NB_TOL_BF16); /* warm-up off: one query, no launch */
     nb_cuda_linear_gemm_stats(tu_gpu, 1, &q0, &w0);
     NB_CHECK(q0 == q2 + 1 && w0 == w2);
+    /* Two terms stacked as one GEMM of 2T rows and a summing pass (NIBBLE_CUDA_LINEAR_STACK):
+     * with bias, and accumulating (the MLP's down projection adds into its output). */
+    nb_cuda_linear_force_stack(1);
+    linear_case_ex(NB_WFMT_BF16, 200, 384, 256, 1, NB_WEIGHT_FEEDS_TOPK, 4, NB_TOL_LT_BF16W);
+    nb_cuda_linear_force_terms(2);
+    mlp_case(NB_WFMT_BF16, 48, 256, 384, NB_TOL_LT_BF16W);
+    nb_cuda_linear_force_terms(0);
+    nb_cuda_linear_force_stack(-1);
     nb_cuda_linear_force_mma(0);
 }
 

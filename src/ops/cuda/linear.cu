@@ -136,6 +136,18 @@ __global__ void k_to_bf16(const float *x, int64_t ldx, int64_t k, uint16_t *hi, 
     }
 }
 
+// y[t] = (accumulate ? y[t] : 0) + c[t] + c[T + t] (+ bias): the halves of a stacked two-term GEMM.
+__global__ void k_sum_terms(const float *c, int64_t T, int64_t n, float *y, int64_t ldy, int accumulate,
+                            const float *bias)
+{
+    const float *a = c + blockIdx.x * n, *b = c + (T + blockIdx.x) * n;
+    float *o = y + blockIdx.x * ldy;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+        float v = (accumulate ? o[j] + a[j] : a[j]) + b[j];
+        o[j] = bias ? v + bias[j] : v;
+    }
+}
+
 __global__ void k_add_bias(float *y, int64_t ldy, const float *bias, int64_t n)
 {
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) y[blockIdx.x * ldy + j] += bias[j];
@@ -205,6 +217,21 @@ static nb_status gemv(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T, c
 static int g_force_terms;
 
 extern "C" void nb_cuda_linear_force_terms(int terms) { g_force_terms = terms == 1 || terms == 2 ? terms : 0; }
+
+static int g_stack = -1;
+
+extern "C" void nb_cuda_linear_force_stack(int on) { g_stack = on < 0 ? -1 : !!on; }
+
+static int stack_on(void)
+{
+    static int env = -1;
+    if (g_stack >= 0) return g_stack;
+    if (env < 0) {
+        const char *e = getenv("NIBBLE_CUDA_LINEAR_STACK");
+        env = e && !strcmp(e, "1");
+    }
+    return env;
+}
 
 static size_t env_mb(const char *name, size_t dflt)
 {
@@ -278,7 +305,11 @@ static nb_status lt(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T, con
     const int terms = forced ? forced : (w->flags & NB_WEIGHT_FEEDS_TOPK) ? 2 : 1;
     NB_LOG_DEBUG("cuda", "linear lt: T=%lld [%lld, %lld] %s, %d BF16 term%s", (long long)T, (long long)n, (long long)k,
                  w->fmt == NB_WFMT_BF16 ? "bf16" : "expanded", terms, terms > 1 ? "s" : "");
-    uint16_t *xb = (uint16_t *)nb_cuda_scratch(ctx, 0, (size_t)(terms * T * k) * 2);
+    // Stacked two terms: the F32 halves follow the activations in the same slot (one request,
+    // so growing the slot cannot move the activations after they are written).
+    const int stack = terms == 2 && stack_on();
+    const size_t xbytes = ((size_t)(terms * T * k) * 2 + 255) / 256 * 256;
+    uint16_t *xb = (uint16_t *)nb_cuda_scratch(ctx, 0, xbytes + (stack ? (size_t)(2 * T * n) * 4 : 0));
     if (!xb) return NB_ERR_OUT_OF_MEMORY;
     uint16_t *xlo = terms == 2 ? xb + T * k : NULL;
     k_to_bf16<<<(unsigned)T, 256, 0, s>>>(x, ldx, k, xb, xlo);
@@ -294,6 +325,13 @@ static nb_status lt(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T, con
         wp = wb;
     }
     nb_cuda_gemm *g = nb_cuda_st(ctx)->gemm;
+    if (stack) {
+        float *c = (float *)((uint8_t *)xb + xbytes);
+        NB_TRY(nb_cuda_gemm_bf16(g, s, (int)(2 * T), (int)n, (int)k, xb, (int)k, wp, (int)ldw, c, (int)n, 1, 1.0f, 0.0f));
+        k_sum_terms<<<(unsigned)T, 256, 0, s>>>(c, T, n, y, ldy, accumulate, w->bias);
+        NB_CUDA_LAUNCHED("linear (sum of stacked terms)");
+        return NB_OK;
+    }
     NB_TRY(nb_cuda_gemm_bf16(g, s, (int)T, (int)n, (int)k, xb, (int)k, wp, (int)ldw, y, (int)ldy, 1, 1.0f,
                              accumulate ? 1.0f : 0.0f));
     if (xlo)

@@ -44,6 +44,10 @@ void nb_cuda_linear_force_ksplit(int ksplit);
 /* staged: 1 never stage activations through shared memory, 2 always (when it fits). */
 void nb_cuda_linear_force_staged(int staged);
 void nb_cuda_linear_force_terms(int terms);
+/* Two terms as one GEMM of 2T rows ([hi; lo] x W^T into F32 scratch, beta 0) and a pass that
+ * adds the halves (and bias, and y when accumulating) instead of two GEMMs, the second with
+ * beta 1 (issue 9 experiment). 1 on, 0 off, -1 NIBBLE_CUDA_LINEAR_STACK ("1" on; default off). */
+void nb_cuda_linear_force_stack(int on);
 
 /* The tensor-core skinny GEMM for BF16 weights (linear_mma.cu), supported for 1..64 tokens.
  * Taken automatically from MIN_TOKENS to AUTO_MAX_TOKENS (it beat the float32 GEMV, which is

@@ -425,13 +425,16 @@ static void lb_lt_rows(lb_env *E, int nvfp4, const lb_shape *sh, const nb_bench_
     const char *fmt = nvfp4 ? "nvfp4" : "bf16";
     for (int ti = 0; ti < p->n_lt_tokens; ti++) {
         const int64_t T = p->lt_tokens[ti];
-        for (int terms = 1; terms <= 2; terms++) {
+        for (int v = 1; v <= 3; v++) { // 1 term, 2 terms (two GEMMs), 2 terms stacked (one GEMM of 2T rows)
+            const int terms = v == 1 ? 1 : 2;
+            if (v == 3 && nvfp4) continue;
+            nb_cuda_linear_force_stack(v == 3);
             for (int resident = nvfp4; resident >= 0; resident--) {
                 nb_cuda_linear_force_terms(terms);
                 for (int i = 0; i < copies; i++) ws[i].flags = resident ? NB_WEIGHT_RESIDENT : 0;
                 char path[48];
-                snprintf(path, sizeof path, "lt %d term%s%s", terms, terms > 1 ? "s" : "",
-                         !nvfp4 ? "" : resident ? ", cached" : ", expand");
+                snprintf(path, sizeof path, "lt %d term%s%s%s", terms, terms > 1 ? "s" : "",
+                         v == 3 ? " stacked" : "", !nvfp4 ? "" : resident ? ", cached" : ", expand");
                 int graphed = 0;
                 double us = lb_time(E, ws, copies, T, &graphed);
                 lb_print(E, fmt, sh, T, path, wbytes, us, graphed);
@@ -439,6 +442,7 @@ static void lb_lt_rows(lb_env *E, int nvfp4, const lb_shape *sh, const nb_bench_
         }
     }
     nb_cuda_linear_force_terms(0);
+    nb_cuda_linear_force_stack(-1);
     for (int i = 0; i < copies; i++) ws[i].flags = 0;
 }
 
