@@ -19,6 +19,9 @@
 // of the caller's A into the handle's own C buffer (loads its module; the caller's C is not
 // touched). Later bucket changes of that shape then cost a cache lookup. Skipped while a graph
 // is being captured (the launches would join the graph); NIBBLE_CUDA_GEMM_WARM=0 turns it off.
+// Measured (bench-linear --lt-cold, bench/RESULTS.md): new-bucket steps +14 ms instead of
+// +32-41 ms, for ~390 ms once; some first calls per bucket still cost 3-5 ms (not explained:
+// perhaps a kernel the real size launches and the 16-row launch does not).
 #include <cublasLt.h>
 #include <stdlib.h>
 #include <string.h>

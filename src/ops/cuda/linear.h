@@ -46,7 +46,9 @@ void nb_cuda_linear_force_staged(int staged);
 void nb_cuda_linear_force_terms(int terms);
 /* Two terms as one GEMM of 2T rows ([hi; lo] x W^T into F32 scratch, beta 0) and a pass that
  * adds the halves (and bias, and y when accumulating) instead of two GEMMs, the second with
- * beta 1 (issue 9 experiment). 1 on, 0 off, -1 NIBBLE_CUDA_LINEAR_STACK ("1" on; default off). */
+ * beta 1. Measured no faster (as fast on [2784 x 6144], up to 26% slower elsewhere at 616-1000
+ * tokens, bench/RESULTS.md): kept for A/B runs. 1 on, 0 off, -1 NIBBLE_CUDA_LINEAR_STACK
+ * ("1" on; default off). */
 void nb_cuda_linear_force_stack(int on);
 
 /* The tensor-core skinny GEMM for BF16 weights (linear_mma.cu), supported for 1..64 tokens.
