@@ -2,7 +2,7 @@
 # Decode CUDA graphs (issue 9) in one GPU-machine call (the `run` tool): the graph-vs-eager
 # test, glm5-tiny greedy ids (cpu vs cuda with graphs; 40 prompts with and without graphs,
 # which replays the cuBLASLt-path graph of size 48), and bench-offline decode step times with
-# and without graphs on $BENCH_MODEL at 1, 2 and 10 requests. Everything lands in
+# and without graphs on each of $BENCH_MODELS at 1, 2 and 10 requests. Everything lands in
 # $OUT/graph.tgz (the tool brings back at most 8 files) and a summary on stdout.
 # Build here first: cmake --build build-g --target nibble test_cuda_graph; then
 #   run: scripts/device-graph.sh   carry: build-g/nibble build-g/tests/test_cuda_graph .devlibs-cuda
@@ -37,14 +37,17 @@ grep -h "CUDA graph" "$W/b40_on.err" | tail -4
 cmp -s "$W/b40_on.ids" "$W/b40_off.ids" && echo "glm5-tiny 40 prompts greedy: graphs == eager" ||
   echo "glm5-tiny 40 prompts greedy: graphs != eager ($(diff "$W/b40_on.ids" "$W/b40_off.ids" | grep -c '^<') of 40 differ)"
 
-M=${BENCH_MODEL:-synthetic:glm5:num_hidden_layers=4,n_routed_experts=8,vocab_size=16384,experts=nvfp4}
-for n in ${BENCH_PROMPTS:-1 2 10}; do
-  for g in on off; do
-    extra=(); [ $g = off ] && extra=(--disable-cuda-graph)
-    "${L[@]}" timeout ${BENCH_TIMEOUT:-90} "$B/nibble" bench-offline --backend cuda --model "$M" --num-prompts $n \
-      --input-len ${BENCH_IN:-128} --output-len ${BENCH_OUT:-32} "${extra[@]}" >"$W/bench_${n}_$g.log" 2>&1 || rc=1
-    echo "== $n requests, graphs $g"
-    grep -iE "decode step|output token thr|CUDA graphs:|error|no CUDA graph" "$W/bench_${n}_$g.log" | head -8
+k=0
+for M in ${BENCH_MODELS:-synthetic:glm5:num_hidden_layers=4,n_routed_experts=8,vocab_size=16384,experts=nvfp4}; do
+  k=$((k + 1))
+  for n in ${BENCH_PROMPTS:-1 2 10}; do
+    for g in on off; do
+      extra=(); [ $g = off ] && extra=(--disable-cuda-graph)
+      "${L[@]}" timeout ${BENCH_TIMEOUT:-90} "$B/nibble" bench-offline --backend cuda --model "$M" --num-prompts $n \
+        --input-len ${BENCH_IN:-128} --output-len ${BENCH_OUT:-32} "${extra[@]}" >"$W/bench${k}_${n}_$g.log" 2>&1 || rc=1
+      echo "== $M: $n requests, graphs $g"
+      grep -iE "decode-only step|output token thr|CUDA graphs:|error|no CUDA graph" "$W/bench${k}_${n}_$g.log" | head -8
+    done
   done
 done
 nvidia-smi --query-gpu=power.draw --format=csv,noheader >>"$W/gpu.txt"
