@@ -13,6 +13,7 @@
 #include "ops/cuda/gemm_lt.h"
 #include "ops/cuda/linear.h"
 #include "tools/lab/linear_bench.h"
+#include "tools/lab/moe_bench.h"
 
 typedef struct {
     const char *name;
@@ -86,52 +87,6 @@ static float lb_median(float *v, int n)
 {
     qsort(v, (size_t)n, sizeof(float), lb_cmp);
     return n % 2 ? v[n / 2] : 0.5f * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// Device copy bandwidth (bytes read + written) of 2 GiB and the cuBLASLt BF16 rate at
-// 8192^3, medians of 10.
-static nb_status lb_ceilings(double *copy_GBps, double *bf16_TFLOPs)
-{
-    const size_t bytes = (size_t)2 << 30;
-    void *a = NULL, *b = NULL;
-    cudaEvent_t e0, e1;
-    float t[10];
-    NB_CUDA_TRY(cudaMalloc(&a, bytes));
-    NB_CUDA_TRY(cudaMalloc(&b, bytes));
-    NB_CUDA_TRY(cudaEventCreate(&e0));
-    NB_CUDA_TRY(cudaEventCreate(&e1));
-    NB_TRY(lb_fill_dev(a, bytes, 1, 0));
-    for (int i = 0; i < 12; i++) {
-        cudaEventRecord(e0);
-        cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice);
-        cudaEventRecord(e1);
-        NB_CUDA_TRY(cudaEventSynchronize(e1));
-        if (i >= 2) cudaEventElapsedTime(&t[i - 2], e0, e1);
-    }
-    *copy_GBps = 2.0 * (double)bytes / (lb_median(t, 10) * 1e-3) / 1e9;
-    const int M = 8192;
-    nb_cuda_gemm *g = NULL;
-    NB_TRY(nb_cuda_gemm_create(&g, 32u << 20));
-    nb_cuda_gemm_set_warm(g, 0); // one shape, one M: and no kernel loads ahead of --lt-cold
-    NB_TRY(lb_fill_dev(a, (size_t)M * M * 2, 2, 2));
-    NB_TRY(lb_fill_dev(b, (size_t)M * M * 2, 3, 2));
-    void *c = (uint8_t *)a + (size_t)M * M * 2;
-    nb_status st = NB_OK;
-    for (int i = 0; i < 12 && st == NB_OK; i++) {
-        cudaEventRecord(e0);
-        st = nb_cuda_gemm_bf16(g, NULL, M, M, M, a, M, b, M, c, M, 0, 1.0f, 0.0f);
-        cudaEventRecord(e1);
-        cudaEventSynchronize(e1);
-        if (i >= 2) cudaEventElapsedTime(&t[i - 2], e0, e1);
-    }
-    nb_cuda_gemm_destroy(g);
-    *bf16_TFLOPs = 2.0 * M * (double)M * M / (lb_median(t, 10) * 1e-3) / 1e12;
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    cudaFree(a);
-    cudaFree(b);
-    NB_CUDA_TRY(cudaGetLastError());
-    return st;
 }
 
 typedef struct {
@@ -468,10 +423,7 @@ extern "C" nb_status nb_bench_linear_run(const nb_bench_linear_params *p)
     NB_TRY(nb_cuda_device_describe(0, dev, sizeof dev));
     NB_CUDA_TRY(cudaSetDevice(0));
     cudaDeviceGetAttribute(&E.l2_bytes, cudaDevAttrL2CacheSize, 0);
-    NB_TRY(lb_ceilings(&E.copy_GBps, &E.bf16_TFLOPs));
-    printf("device: %s\nceilings: copy %.0f GB/s (2 GiB device-to-device, read + write), BF16 cuBLASLt %.0f TFLOP/s "
-           "(8192^3)\n",
-           dev, E.copy_GBps, E.bf16_TFLOPs);
+    NB_TRY(nb_bench_ceilings(&E.copy_GBps, &E.bf16_TFLOPs, NULL, 0)); // prints the device and both
     NB_TRY(nb_ops_ctx_new_cuda(0, &E.ctx));
     E.sm_count = nb_cuda_st(E.ctx)->sm_count;
     int64_t maxT = p->lt_host || p->lt_cold ? 1000 : 16, maxk = 0, maxn = 0, gemv_T = 16;

@@ -102,6 +102,7 @@ static nb_status measure_ceilings(ceilings *c)
     NB_TRY(fill(W, (size_t)n * n * 2, 3, 2));
     nb_cuda_gemm *g;
     NB_TRY(nb_cuda_gemm_create(&g, (size_t)32 << 20));
+    nb_cuda_gemm_set_warm(g, 0); // one shape, one M: no bucket warm-up (nor its kernel loads ahead of --lt-cold)
     nb_status st = NB_OK;
     for (int i = 0; i < 13 && st == NB_OK; i++) {
         cudaEventRecord(e0);
