@@ -7,7 +7,8 @@
  * Keys override config.json fields (num_hidden_layers=8, hidden_size=1024; integers,
  * floats, true/false, null or strings), except three that steer the generator:
  *   seed=N        weights seed (default 0; same spec + seed = same bytes)
- *   experts=bf16|nvfp4   routed experts' storage (default bf16); nvfp4 draws them directly
+ *   experts=bf16|nvfp4   routed experts' storage (default nvfp4 for glm5, whose release
+ *                 users serve is NVFP4; bf16 for the others); nvfp4 draws them directly
  *                 as ModelOpt-layout NVFP4 (random E2M1 codes shaped like a quantized
  *                 Gaussian, random E4M3 block scales, one weight_scale_2; no BF16 pass)
  *                 and declares quantization_config
