@@ -467,7 +467,7 @@ static int run_level(nb_engine *e, const nb_engine_info *info, const bo_floor_mo
         printf("================== Engine steps ==================\n");
         printf("%-40s %d (%d decode-only, %d with prefill)%s\n", "Steps:", n_steps, nd, np,
                n_steps == trace_cap ? " [trace full]" : "");
-        printf("%-40s %.2f (forward %.2f, engine: plan/sample/deliver %.2f)\n", "Time in steps (s):",
+        printf("%-40s %.2f (forward+sampling %.2f, engine host: plan/deliver %.2f)\n", "Time in steps (s):",
                L->dec_s + L->pre_s, L->fwd_s, L->dec_s + L->pre_s - L->fwd_s);
     }
     qsort(dec, (size_t)nd, sizeof *dec, cmp_d);
@@ -484,7 +484,7 @@ static int run_level(nb_engine *e, const nb_engine_info *info, const bo_floor_mo
                    L->floor_mean, L->floor_p50, L->compute_bound_steps, nf);
             printf("%-40s weights %.3f GB + KV %.3f GB, %.3f TFLOP\n", "Floor per step (mean):", L->weight_gb,
                    L->kv_gb, L->tflop);
-            printf("%-40s mean %.2f  p50 %.2f (forward alone p50 %.2f)\n", "Decode step time / floor:", L->ratio_mean,
+            printf("%-40s mean %.2f  p50 %.2f (forward+sampling p50 %.2f)\n", "Decode step time / floor:", L->ratio_mean,
                    L->ratio_p50, L->fwd_ratio_p50);
             if (L->attrib_mismatch)
                 printf("%-40s %d steps (tokens delivered != decode batch; their KV counts are off)\n",

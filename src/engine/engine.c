@@ -538,8 +538,10 @@ static int nb_step(nb_engine *e)
         nb_batch b = {.n_seqs = pl->n_items, .seqs = e->steps};
         int64_t f0 = nb_now_ns();
         st = e->parts.runner->forward(e->parts.runner, &b, e->dev_sample ? NULL : e->logits);
-        e->last_forward_ms = (double)(nb_now_ns() - f0) * 1e-6;
+        /* An asynchronous backend returns from forward once the step is queued; the sampling
+         * on it waits for the step, so the device's share of the step ends there. */
         if (st == NB_OK && e->dev_sample) st = nb_sample_on_runner(e, pl);
+        e->last_forward_ms = (double)(nb_now_ns() - f0) * 1e-6;
     }
     if (st != NB_OK) {
         /* A failing backend leaves KV rows undefined: end everything that is live. */

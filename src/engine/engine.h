@@ -35,7 +35,8 @@ void nb_engine_test_step(nb_engine *e, int n);
  * nb_engine_trace_count returns how many records were written. */
 typedef struct nb_step_record {
     double ms;            /* forward + sampling + delivery */
-    double forward_ms;    /* the runner's forward alone */
+    double forward_ms;    /* the runner's forward, and its sampling when the runner samples
+                           * (an asynchronous backend's step is done when its sampling returns) */
     int n_decode;         /* decode tokens */
     int n_prefill_tokens; /* prompt (or recomputed) tokens */
     int n_seqs;           /* sequences in the batch */
