@@ -235,13 +235,13 @@ static nb_status mlp_layer(fwd *f, int l)
     nb_tensor a = t2(f->a, T, H), o = t2(f->o, T, H);
     if (!L->is_moe) return nb_op_mlp(ops, &a, &L->gate_proj, &L->up_proj, &L->down_proj, 0, &o);
     const int E = c->n_routed_experts, K = c->num_experts_per_tok;
-    NB_TRY(linear(f, f->a, H, H, &L->router, f->rlog));
     nb_router_params rp = m->router;
     rp.correction_bias = L->router_bias;
     nb_tensor lg = t2(f->rlog, T, E), w = t2(f->rw, T, K);
     nb_tensor ids = nb_tensor_2d(f->rid, NB_DTYPE_I32, T, K);
     ids.device = f->dev;
-    NB_TRY(nb_op_moe_route(ops, &lg, &rp, &ids, &w));
+    /* the router's linear and choice as one op (one launch at decode on a GPU) */
+    NB_TRY(nb_op_moe_gate_route(ops, &a, &L->router, &lg, &rp, &ids, &w));
     nb_moe_weights mw = {E, H, c->moe_intermediate_size, L->exp_gate, L->exp_up, L->exp_down};
     NB_TRY(nb_op_moe_experts(ops, &a, &ids, &w, &mw, 0, &o));
     if (L->has_shared) NB_TRY(nb_op_mlp(ops, &a, &L->sh_gate, &L->sh_up, &L->sh_down, 1, &o));

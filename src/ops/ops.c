@@ -478,6 +478,32 @@ nb_status nb_op_moe_route(nb_ops_ctx *ctx, const nb_tensor *logits, const nb_rou
 {
     NB_DISPATCH_K("moe_route", moe_route(ctx, logits, p, ids, weights), key_shape(&k_, logits));
 }
+/* profiled as a moe_route row whose detail names the gate: "[T x E], gate [E x H] bf16" */
+static void key_gate_route(nb_prof_key *k, const nb_tensor *logits, const nb_weight *g)
+{
+    static const char *const f[] = {"[%lld x %lld], gate [%lld x %lld] f32", "[%lld x %lld], gate [%lld x %lld] bf16",
+                                    "[%lld x %lld], gate [%lld x %lld] nvfp4", "[%lld x %lld], gate [%lld x %lld] fp8"};
+    if (!logits || !g || logits->ndim != 2) return;
+    k->dfmt = (unsigned)g->fmt < 4 ? f[g->fmt] : "[%lld x %lld], gate [%lld x %lld] ?";
+    k->d[0] = logits->shape[0];
+    k->d[1] = logits->shape[1];
+    k->d[2] = g->n;
+    k->d[3] = g->k;
+    k->bytes = nb_prof_weight_bytes(g) + 4.0 * (double)logits->shape[0] * (double)(g->k + g->n);
+}
+nb_status nb_op_moe_gate_route(nb_ops_ctx *ctx, const nb_tensor *x, const nb_weight *gate, nb_tensor *logits,
+                               const nb_router_params *p, nb_tensor *ids, nb_tensor *weights)
+{
+    NB_TRY(nb_need("moe_gate_route", "x", x, 2));
+    NB_TRY(nb_need("moe_gate_route", "logits", logits, 2));
+    if (!gate || !p) return nb_error(NB_ERR_INVALID_ARG, "moe_gate_route: gate or router params is NULL");
+    if (gate->n != p->n_experts || gate->k != x->shape[1] || logits->shape[0] != x->shape[0] ||
+        logits->shape[1] != gate->n)
+        return nb_error(NB_ERR_INVALID_ARG, "moe_gate_route: x [%lld, %lld], gate [%lld, %lld], logits [%lld, %lld], %d experts",
+                        (long long)x->shape[0], (long long)x->shape[1], (long long)gate->n, (long long)gate->k,
+                        (long long)logits->shape[0], (long long)logits->shape[1], p->n_experts);
+    NB_DISPATCH_K("moe_route", moe_gate_route(ctx, x, gate, logits, p, ids, weights), key_gate_route(&k_, logits, gate));
+}
 nb_status nb_op_moe_experts(nb_ops_ctx *ctx, const nb_tensor *x, const nb_tensor *ids, const nb_tensor *weights,
                             const nb_moe_weights *w, int accumulate, nb_tensor *out)
 {

@@ -304,6 +304,14 @@ typedef struct nb_router_params {
 nb_status nb_op_moe_route(nb_ops_ctx *ctx, const nb_tensor *logits, const nb_router_params *p, nb_tensor *ids,
                           nb_tensor *weights);
 
+/* The router's logits and choice in one call: nb_op_linear(x, gate, logits) then
+ * nb_op_moe_route(logits, p, ids, weights), exactly (the CPU backend runs that composition; a
+ * GPU backend may run both in one launch for a few tokens, the GEMV in float32 as the linear
+ * op's GEMV does). x: F32 [T, hidden]; gate: [n_experts, hidden] (+ optional bias); logits:
+ * F32 [T, n_experts], written (the expert choice reads it, NB_DUMP and tests may too). */
+nb_status nb_op_moe_gate_route(nb_ops_ctx *ctx, const nb_tensor *x, const nb_weight *gate, nb_tensor *logits,
+                               const nb_router_params *p, nb_tensor *ids, nb_tensor *weights);
+
 /* Routed SwiGLU experts, each [inter, hidden] gate/up and [hidden, inter] down, in any
  * nb_weight format (per expert, so fused [E, 2I, H] tensors are slices). */
 typedef struct nb_moe_weights {

@@ -1,7 +1,8 @@
 /* The fused launches of ops.h on the CPU against the ops they compose (bit-exact), and the
  * concatenated attention projections of model/upload.c: one linear over the row-concatenated
  * weight, split by column views, equals the separate linears bit for bit (F32, BF16, NVFP4;
- * 1, 3 and 37 tokens). Run: ctest -R test_ops_fused (label unit). */
+ * 1, 3 and 37 tokens), and moe_gate_route against linear then moe_route.
+ * Run: ctest -R test_ops_fused (label unit). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,7 +210,42 @@ static void test_concat_linear(void)
     }
 }
 
+/* moe_gate_route == linear then moe_route (bit-exact), sigmoid with a correction bias and
+ * softmax with groups; shapes the op refuses. */
+static void test_moe_gate_route(void)
+{
+    const int T = 5, H = 64, E = 32, K = 4;
+    void *dk = NULL, *sk = NULL;
+    nb_weight g = make_weight(NB_WFMT_BF16, E, H, &dk, &sk);
+    float *x = malloc(T * H * 4), *bias = malloc(E * 4), *la = malloc(T * E * 4), *lb = malloc(T * E * 4);
+    float *wa = malloc(T * K * 4), *wb = malloc(T * K * 4);
+    int32_t *ia = malloc(T * K * 4), *ib = malloc(T * K * 4);
+    fill(x, T * H, 2.0f);
+    fill(bias, E, 0.1f);
+    for (int v = 0; v < 2; v++) {
+        nb_router_params p = {E, K, v ? NB_ROUTER_SOFTMAX : NB_ROUTER_SIGMOID, v ? NB_ROUTER_GROUP_TOP2 : NB_ROUTER_GREEDY,
+                              v ? 4 : 1, v ? 2 : 1, v ? NULL : bias, 1, 2.5f};
+        nb_tensor xt = nb_tensor_2d(x, F32, T, H), lat = nb_tensor_2d(la, F32, T, E), lbt = nb_tensor_2d(lb, F32, T, E);
+        nb_tensor wat = nb_tensor_2d(wa, F32, T, K), wbt = nb_tensor_2d(wb, F32, T, K);
+        nb_tensor iat = nb_tensor_2d(ia, NB_DTYPE_I32, T, K), ibt = nb_tensor_2d(ib, NB_DTYPE_I32, T, K);
+        NB_CHECK_OK(nb_op_moe_gate_route(ctx, &xt, &g, &lat, &p, &iat, &wat));
+        NB_CHECK_OK(nb_op_linear(ctx, &xt, &g, &lbt));
+        NB_CHECK_OK(nb_op_moe_route(ctx, &lbt, &p, &ibt, &wbt));
+        NB_CHECK(memcmp(la, lb, T * E * 4) == 0);
+        NB_CHECK(memcmp(ia, ib, T * K * 4) == 0);
+        NB_CHECK(memcmp(wa, wb, T * K * 4) == 0);
+        /* a gate of another number of experts, or logits of another shape, are refused */
+        nb_router_params bad = p;
+        bad.n_experts = E / 2;
+        NB_CHECK(nb_op_moe_gate_route(ctx, &xt, &g, &lat, &bad, &iat, &wat) == NB_ERR_INVALID_ARG);
+        nb_tensor short_l = nb_tensor_2d(la, F32, T - 1, E);
+        NB_CHECK(nb_op_moe_gate_route(ctx, &xt, &g, &short_l, &p, &iat, &wat) == NB_ERR_INVALID_ARG);
+    }
+    free(dk), free(sk), free(x), free(bias), free(la), free(lb), free(wa), free(wb), free(ia), free(ib);
+}
+
 static const nb_test tests[] = {
+    {"moe_gate_route", test_moe_gate_route},
     {"norm_n", test_norm_n},
     {"rope_n", test_rope_n},
     {"set_rows_n", test_set_rows_n},

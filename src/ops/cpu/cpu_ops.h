@@ -65,6 +65,9 @@ nb_status nb_cpu_dsa_select(nb_ops_ctx *ctx, const nb_tensor *q, const nb_tensor
                             int32_t *sel_count);
 nb_status nb_cpu_moe_route(nb_ops_ctx *ctx, const nb_tensor *logits, const nb_router_params *p, nb_tensor *ids,
                            nb_tensor *weights);
+/* fused (ops.h): nb_cpu_linear then nb_cpu_moe_route */
+nb_status nb_cpu_moe_gate_route(nb_ops_ctx *ctx, const nb_tensor *x, const nb_weight *gate, nb_tensor *logits,
+                                const nb_router_params *p, nb_tensor *ids, nb_tensor *weights);
 nb_status nb_cpu_set_rows(nb_ops_ctx *ctx, const nb_tensor *src, const int32_t *rows, nb_tensor *dst);
 nb_status nb_cpu_get_rows(nb_ops_ctx *ctx, const nb_tensor *x, const int32_t *rows, nb_tensor *out);
 nb_status nb_cpu_scale(nb_ops_ctx *ctx, nb_tensor *x, float s);

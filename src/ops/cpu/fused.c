@@ -52,3 +52,11 @@ nb_status nb_cpu_set_rows_n(nb_ops_ctx *ctx, int n, const nb_tensor *const *src,
     }
     return NB_OK;
 }
+
+nb_status nb_cpu_moe_gate_route(nb_ops_ctx *ctx, const nb_tensor *x, const nb_weight *gate, nb_tensor *logits,
+                                const nb_router_params *p, nb_tensor *ids, nb_tensor *weights)
+{
+    nb_status st = nb_cpu_linear(ctx, x, gate, logits);
+    if (st != NB_OK) return nb_error_wrap(st, "moe_gate_route: gate");
+    return nb_cpu_moe_route(ctx, logits, p, ids, weights);
+}

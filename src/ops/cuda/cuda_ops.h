@@ -86,6 +86,17 @@ nb_status nb_cuda_dsa_select(nb_ops_ctx *ctx, const nb_tensor *q, const nb_tenso
                              int32_t *sel_count);
 nb_status nb_cuda_moe_route(nb_ops_ctx *ctx, const nb_tensor *logits, const nb_router_params *p, nb_tensor *ids,
                             nb_tensor *weights);
+/* The router gate GEMV and the expert choice in one launch for up to 16 tokens (BF16 gate
+ * rows, hidden % 8 == 0, at most 512 experts: ops/cuda/moe_router.h; else nb_cuda_linear then
+ * nb_cuda_moe_route). NIBBLE_CUDA_SMALL_OPS=legacy takes the two-launch path always. */
+nb_status nb_cuda_moe_gate_route(nb_ops_ctx *ctx, const nb_tensor *x, const nb_weight *gate, nb_tensor *logits,
+                                 const nb_router_params *p, nb_tensor *ids, nb_tensor *weights);
+/* The small ops' kernels of before issue 9's third round (rope: one block per token looping
+ * over its pairs; embedding: one block per row; norms: weights loaded after the reductions;
+ * router gate: a separate linear), for A/B runs: 1 forces them, 0 the current ones, -1 back
+ * to NIBBLE_CUDA_SMALL_OPS=legacy|new (default new). Read at each launch. */
+void nb_cuda_small_ops_force_legacy(int legacy);
+int nb_cuda_small_ops_legacy(void);
 nb_status nb_cuda_moe_experts(nb_ops_ctx *ctx, const nb_tensor *x, const nb_tensor *ids, const nb_tensor *weights,
                               const nb_moe_weights *w, int accumulate, nb_tensor *out);
 

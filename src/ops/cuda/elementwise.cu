@@ -1,15 +1,39 @@
 // CUDA ops on rows: embedding gather (any weight format), RMSNorm (plain and with the fused
 // residual add), LayerNorm, add, scale, row scatter/gather, rotary embedding, and the fused
 // launches of ops.h (norm_n, rope_n, set_rows_n: several parts of the same rows in one
-// kernel). One block per row (per row and part); the norms hold a row in registers (float4)
-// and sum squares in double as the CPU reference does, so results agree with it to float32
-// rounding. Exercised by tests/cuda_ops/test_cuda_vs_cpu.c (norms, rope*, *_n cases).
+// kernel). The norms run one block per row (per row and part), hold a row in registers
+// (float4) and sum squares in double as the CPU reference does, so results agree with it to
+// float32 rounding. Rope and the embedding spread a token's work over several blocks of one
+// element (pair) per thread: at decode a token is all the work there is, and one block
+// looping over it ran one memory round trip (and one double sin/cos) after another.
+// NIBBLE_CUDA_SMALL_OPS=legacy (nb_cuda_small_ops_force_legacy) runs the loop-per-block
+// kernels of before, for A/B timings (tests/cuda_ops/test_cuda_small_ops.c --bench).
+// Exercised by tests/cuda_ops/test_cuda_vs_cpu.c (norms, rope*, *_n cases) and
+// tests/cuda_ops/test_cuda_small_ops.c.
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "ops/cuda/common.cuh"
 
 #define NB_ROW_THREADS 256
 
+static int small_force = -1;
+
+extern "C" void nb_cuda_small_ops_force_legacy(int legacy) { small_force = legacy < 0 ? -1 : legacy ? 1 : 0; }
+
+extern "C" int nb_cuda_small_ops_legacy(void)
+{
+    static int env = -1; // read once; a benign race between threads reads the same value
+    if (small_force >= 0) return small_force;
+    if (env < 0) {
+        const char *e = getenv("NIBBLE_CUDA_SMALL_OPS");
+        env = e && !strcmp(e, "legacy");
+    }
+    return env;
+}
+
+// Legacy: one block per token walks the row element by element in any format.
 __global__ void k_embedding(nb_weight w, const int32_t *ids, float *out, int64_t ld)
 {
     int t = blockIdx.x;
@@ -17,6 +41,34 @@ __global__ void k_embedding(nb_weight w, const int32_t *ids, float *out, int64_t
     float *o = out + (int64_t)t * ld;
     bool ok = id >= 0 && id < w.n;
     for (int64_t j = threadIdx.x; j < w.k; j += blockDim.x) o[j] = ok ? nb_d_wload1(w, id, j) : 0.0f;
+}
+
+// BF16 or F32 rows with 16-byte alignment: grid (token, chunk), one 16-byte load per thread
+// (8 BF16 or 4 F32 elements) and float4 stores; a 6144-wide BF16 row is 6 blocks of 128.
+#define NB_EMB_THREADS 128
+__global__ void __launch_bounds__(NB_EMB_THREADS) k_embedding_vec(const uint8_t *data, int64_t row_bytes, int bf16,
+                                                                  int64_t vocab, int64_t k, const int32_t *ids,
+                                                                  float *out, int64_t ld)
+{
+    const int64_t t = blockIdx.x, v = (int64_t)blockIdx.y * NB_EMB_THREADS + threadIdx.x;
+    const int per = bf16 ? 8 : 4;
+    if (v * per >= k) return;
+    const int id = ids[t];
+    float4 *o = (float4 *)(out + t * ld + v * per);
+    if (id < 0 || id >= vocab) {
+        o[0] = make_float4(0, 0, 0, 0);
+        if (bf16) o[1] = make_float4(0, 0, 0, 0);
+        return;
+    }
+    const uint4 q = ((const uint4 *)(data + (int64_t)id * row_bytes))[v];
+    if (bf16) {
+        o[0] = make_float4(__uint_as_float(q.x << 16), __uint_as_float(q.x & 0xffff0000u), __uint_as_float(q.y << 16),
+                           __uint_as_float(q.y & 0xffff0000u));
+        o[1] = make_float4(__uint_as_float(q.z << 16), __uint_as_float(q.z & 0xffff0000u), __uint_as_float(q.w << 16),
+                           __uint_as_float(q.w & 0xffff0000u));
+    } else {
+        o[0] = make_float4(__uint_as_float(q.x), __uint_as_float(q.y), __uint_as_float(q.z), __uint_as_float(q.w));
+    }
 }
 
 extern "C" nb_status nb_cuda_embedding(nb_ops_ctx *ctx, const nb_weight *table, const int32_t *ids, int n,
@@ -28,7 +80,19 @@ extern "C" nb_status nb_cuda_embedding(nb_ops_ctx *ctx, const nb_weight *table, 
         return nb_error(NB_ERR_INVALID_ARG, "embedding: out is [%lld, %lld], expected [%d, %lld]",
                         (long long)out->shape[0], (long long)out->shape[1], n, (long long)table->k);
     if (n == 0) return NB_OK;
-    k_embedding<<<n, NB_ROW_THREADS, 0, nb_cuda_stream(ctx)>>>(*table, ids, (float *)out->data, out->stride[0]);
+    const int bf16 = table->fmt == NB_WFMT_BF16;
+    const int64_t per = bf16 ? 8 : 4;
+    const int64_t row_bytes = table->row_stride ? table->row_stride : table->k * (bf16 ? 2 : 4);
+    const bool vec = !nb_cuda_small_ops_legacy() && (bf16 || table->fmt == NB_WFMT_F32) && table->k % per == 0 &&
+                     row_bytes % 16 == 0 && (uintptr_t)table->data % 16 == 0 && (uintptr_t)out->data % 16 == 0 &&
+                     out->stride[0] % 4 == 0;
+    if (vec) {
+        const unsigned chunks = (unsigned)((table->k / per + NB_EMB_THREADS - 1) / NB_EMB_THREADS);
+        k_embedding_vec<<<dim3((unsigned)n, chunks), NB_EMB_THREADS, 0, nb_cuda_stream(ctx)>>>(
+            (const uint8_t *)table->data, row_bytes, bf16, table->n, table->k, ids, (float *)out->data, out->stride[0]);
+    } else {
+        k_embedding<<<n, NB_ROW_THREADS, 0, nb_cuda_stream(ctx)>>>(*table, ids, (float *)out->data, out->stride[0]);
+    }
     NB_CUDA_LAUNCHED("embedding");
     return NB_OK;
 }
@@ -72,14 +136,24 @@ __device__ double block_sum_any(double v, double *sh)
 
 // One row of kind `kind` with every float4 in registers. res is read and written (ADD_RMS).
 __device__ void norm_row_fast(int kind, const float *x, float *res, const float *wt,
-                              const float *bias, float eps, float s, int64_t d, float *o, double *sh)
+                              const float *bias, float eps, float s, int64_t d, float *o, double *sh, bool legacy)
 {
     const int d4 = (int)(d / 4);
-    float4 v[NB_NORM_NV];
+    float4 v[NB_NORM_NV], wr[NB_NORM_NV];
 #pragma unroll
     for (int i = 0; i < NB_NORM_NV; i++) {
         int j = (int)threadIdx.x + i * (int)blockDim.x;
         v[i] = j < d4 ? ((const float4 *)x)[j] : make_float4(0, 0, 0, 0);
+    }
+    // the weights are loaded with the row, not after the reductions: one memory round trip
+    // less per row (the legacy switch keeps the late load, for A/B timings)
+    const bool early_w = kind != NB_K_SCALE && !legacy;
+    if (early_w) {
+#pragma unroll
+        for (int i = 0; i < NB_NORM_NV; i++) {
+            int j = (int)threadIdx.x + i * (int)blockDim.x;
+            wr[i] = j < d4 ? ((const float4 *)wt)[j] : make_float4(0, 0, 0, 0);
+        }
     }
     if (kind == NB_K_ADD_RMS) {
         float4 r[NB_NORM_NV];
@@ -131,7 +205,7 @@ __device__ void norm_row_fast(int kind, const float *x, float *res, const float 
     for (int i = 0; i < NB_NORM_NV; i++) {
         int j = (int)threadIdx.x + i * (int)blockDim.x;
         if (j >= d4) continue;
-        float4 w4 = ((const float4 *)wt)[j], y;
+        float4 w4 = early_w ? wr[i] : ((const float4 *)wt)[j], y;
         if (kind == NB_K_LAYER) {
             float4 b4 = bias ? ((const float4 *)bias)[j] : make_float4(0, 0, 0, 0);
             y.x = (float)((v[i].x - mean) * inv) * w4.x + b4.x;
@@ -186,7 +260,7 @@ typedef struct norm_seg_dev {
 } norm_seg_dev;
 
 typedef struct norm_segs_dev {
-    int n;
+    int n, legacy;
     norm_seg_dev seg[NB_FUSED_MAX];
 } norm_segs_dev;
 
@@ -200,7 +274,7 @@ __global__ void __launch_bounds__(NB_NORM_MAX_THREADS) k_norms(norm_segs_dev p)
     float *res = g->res ? g->res + t * g->ldr : NULL;
     float *o = g->out + t * g->ldo;
     if (g->fast)
-        norm_row_fast(g->kind, x, res, g->wt, g->bias, g->eps, g->s, g->d, o, sh);
+        norm_row_fast(g->kind, x, res, g->wt, g->bias, g->eps, g->s, g->d, o, sh, p.legacy);
     else
         norm_row_slow(g->kind, x, res, g->wt, g->bias, g->eps, g->s, g->d, o, sh);
 }
@@ -236,6 +310,7 @@ static nb_status norm_launch(nb_ops_ctx *ctx, const char *op, norm_segs_dev *p, 
                   (!g->res || norm_fast_ok(g->res, g->ldr, g->d, threads)) &&
                   (!g->wt || (uintptr_t)g->wt % 16 == 0) && (!g->bias || (uintptr_t)g->bias % 16 == 0);
     }
+    p->legacy = nb_cuda_small_ops_legacy();
     k_norms<<<dim3((unsigned)rows, (unsigned)p->n), threads, 0, nb_cuda_stream(ctx)>>>(*p);
     NB_CUDA_LAUNCHED(op);
     return NB_OK;
@@ -357,10 +432,10 @@ extern "C" nb_status nb_cuda_get_rows(nb_ops_ctx *ctx, const nb_tensor *x, const
     return move_rows(ctx, "get_rows", x, rows, out, 1);
 }
 
-// Rotary embedding of up to NB_FUSED_MAX parts (views [T, heads, >= dim]) in one launch:
-// grid (token, part), threads over (head, pair). The angle is float(pos) * inv_freq in
-// float32 and cos/sin are taken in double, as the CPU op does. The tables travel in the
-// kernel's parameters (two at most: the model's and the DSA indexer's).
+// Rotary embedding of up to NB_FUSED_MAX parts (views [T, heads, >= dim]) in one launch.
+// The angle is float(pos) * inv_freq in float32 and cos/sin are taken in double, as the CPU
+// op does (both kernels compute the same bits). The tables travel in the kernel's
+// parameters (two at most: the model's and the DSA indexer's).
 typedef struct rope_part_dev {
     float *x;
     int64_t s0, s1, heads;
@@ -370,28 +445,51 @@ typedef struct rope_parts_dev {
     int n;
     rope_part_dev part[NB_FUSED_MAX];
     nb_rope table[2];
+    int c0[NB_FUSED_MAX + 1]; // k_rope_pairs: part i owns chunks [c0[i], c0[i+1]) of blockIdx.y
 } rope_parts_dev;
 
+// One (head, pair) of token t of part g.
+__device__ __forceinline__ void rope_pair(const rope_part_dev *g, const nb_rope *rope, int64_t t, float pt, int64_t w)
+{
+    const int half = rope->dim / 2;
+    int64_t h = w / half;
+    int i = (int)(w % half);
+    float ang = pt * rope->inv_freq[i];
+    float c = (float)cos((double)ang) * rope->attention_scaling;
+    float s = (float)sin((double)ang) * rope->attention_scaling;
+    float *v = g->x + t * g->s0 + h * g->s1;
+    int a = rope->interleave ? 2 * i : i;
+    int b = rope->interleave ? 2 * i + 1 : i + half;
+    float x0 = v[a], x1 = v[b];
+    v[a] = x0 * c - x1 * s;
+    v[b] = x1 * c + x0 * s;
+}
+
+// Legacy: grid (token, part), threads loop over the part's (head, pair)s: GLM-5's q_pe is
+// 64 heads x 32 pairs, 8 dependent rounds of loads, double sin/cos and stores per thread.
 __global__ void k_rope(rope_parts_dev p, const int32_t *pos)
 {
     const rope_part_dev *g = &p.part[blockIdx.y];
     const nb_rope *rope = &p.table[g->table];
-    const int half = rope->dim / 2;
     const int64_t t = blockIdx.x;
     const float pt = (float)pos[t];
-    for (int64_t w = threadIdx.x; w < g->heads * half; w += blockDim.x) {
-        int64_t h = w / half;
-        int i = (int)(w % half);
-        float ang = pt * rope->inv_freq[i];
-        float c = (float)cos((double)ang) * rope->attention_scaling;
-        float s = (float)sin((double)ang) * rope->attention_scaling;
-        float *v = g->x + t * g->s0 + h * g->s1;
-        int a = rope->interleave ? 2 * i : i;
-        int b = rope->interleave ? 2 * i + 1 : i + half;
-        float x0 = v[a], x1 = v[b];
-        v[a] = x0 * c - x1 * s;
-        v[b] = x1 * c + x0 * s;
-    }
+    for (int64_t w = threadIdx.x; w < g->heads * (rope->dim / 2); w += blockDim.x) rope_pair(g, rope, t, pt, w);
+}
+
+// grid (token, chunk): every (head, pair) of every part has its own thread, so a decode
+// token's ~3100 pairs (GLM-5) run in one round over ~26 blocks.
+#define NB_ROPE_THREADS 128
+__global__ void __launch_bounds__(NB_ROPE_THREADS) k_rope_pairs(rope_parts_dev p, const int32_t *pos)
+{
+    const int c = blockIdx.y;
+    int i = 0;
+    while (i + 1 < p.n && c >= p.c0[i + 1]) i++;
+    const rope_part_dev *g = &p.part[i];
+    const nb_rope *rope = &p.table[g->table];
+    const int64_t w = (int64_t)(c - p.c0[i]) * NB_ROPE_THREADS + threadIdx.x;
+    if (w >= g->heads * (rope->dim / 2)) return;
+    const int64_t t = blockIdx.x;
+    rope_pair(g, rope, t, (float)pos[t], w);
 }
 
 extern "C" nb_status nb_cuda_rope_n(nb_ops_ctx *ctx, int n, nb_tensor *const *x, const int32_t *pos,
@@ -403,7 +501,7 @@ extern "C" nb_status nb_cuda_rope_n(nb_ops_ctx *ctx, int n, nb_tensor *const *x,
     p.n = n;
     const nb_rope *tabs[2] = {NULL, NULL};
     int n_tabs = 0;
-    int64_t work = 32;
+    int64_t work = 32, chunks = 0;
     for (int i = 0; i < n; i++) {
         NB_TRY(nb_cuda_check_f32("rope", "x", x[i], 3));
         if (x[i]->shape[2] < rope[i]->dim)
@@ -422,11 +520,20 @@ extern "C" nb_status nb_cuda_rope_n(nb_ops_ctx *ctx, int n, nb_tensor *const *x,
             tb = n_tabs++;
         }
         p.part[i] = (rope_part_dev){(float *)x[i]->data, x[i]->stride[0], x[i]->stride[1], x[i]->shape[1], tb};
-        work = NB_MAX(work, x[i]->shape[1] * (rope[i]->dim / 2));
+        const int64_t pairs = x[i]->shape[1] * (rope[i]->dim / 2);
+        work = NB_MAX(work, pairs);
+        p.c0[i] = (int)chunks;
+        chunks += (pairs + NB_ROPE_THREADS - 1) / NB_ROPE_THREADS;
     }
+    p.c0[n] = (int)chunks;
     if (x[0]->shape[0] == 0) return NB_OK;
-    unsigned threads = (unsigned)NB_MIN((work + 31) / 32 * 32, NB_ROW_THREADS);
-    k_rope<<<dim3((unsigned)x[0]->shape[0], (unsigned)n), threads, 0, nb_cuda_stream(ctx)>>>(p, pos);
+    if (nb_cuda_small_ops_legacy() || chunks == 0 || chunks > 65535) {
+        unsigned threads = (unsigned)NB_MIN((work + 31) / 32 * 32, NB_ROW_THREADS);
+        k_rope<<<dim3((unsigned)x[0]->shape[0], (unsigned)n), threads, 0, nb_cuda_stream(ctx)>>>(p, pos);
+    } else {
+        k_rope_pairs<<<dim3((unsigned)x[0]->shape[0], (unsigned)chunks), NB_ROPE_THREADS, 0, nb_cuda_stream(ctx)>>>(
+            p, pos);
+    }
     NB_CUDA_LAUNCHED(n == 1 ? "rope" : "rope_n");
     return NB_OK;
 }

@@ -9,13 +9,18 @@
 //             tensor-core kernels; activations rounded to BF16).
 // The per-expert nb_weight arrays are copied to the device once and found again by the
 // host array's address and contents (a table of NB_CUDA_MOE_REG_MAX entries per context).
-// Exercised by tests/cuda_ops/test_cuda_vs_cpu.c (moe_route*, moe_experts*).
+// moe_gate_route: the router gate GEMV and the choice in one launch at decode
+// (ops/cuda/moe_router.h), else the linear op then moe_route.
+// Exercised by tests/cuda_ops/test_cuda_vs_cpu.c (moe_route*, moe_experts*) and
+// tests/cuda_ops/test_cuda_small_ops.c (moe_gate_route).
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/log.h"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/moe.h"
+#include "ops/cuda/moe_router.h"
 #include "ops/cuda/synth_repack.h"
 
 typedef struct nb_cuda_moe_reg {
@@ -195,6 +200,75 @@ extern "C" nb_status nb_cuda_moe_route(nb_ops_ctx *ctx, const nb_tensor *logits,
     d.ids = (int32_t *)ids->data;
     d.weights = (float *)weights->data;
     return nb_moe_router(&d, nb_cuda_stream(ctx));
+}
+
+// The fused gate + route launch's counter slot of this context (ops/cuda/moe_router.h), or -1
+// when every slot is held by another context. A slot stays with its context's address: a
+// context freed and another made at the same address reuse it, which is safe because the
+// counter is back at 0 after every completed launch.
+static int gate_route_slot(nb_ops_ctx *ctx)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static const void *owner[NB_GATE_ROUTE_SLOTS];
+    int slot = -1;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < NB_GATE_ROUTE_SLOTS && slot < 0; i++)
+        if (owner[i] == ctx) slot = i;
+    for (int i = 0; i < NB_GATE_ROUTE_SLOTS && slot < 0; i++)
+        if (!owner[i]) owner[i] = ctx, slot = i;
+    pthread_mutex_unlock(&mu);
+    return slot;
+}
+
+extern "C" nb_status nb_cuda_moe_gate_route(nb_ops_ctx *ctx, const nb_tensor *x, const nb_weight *gate,
+                                            nb_tensor *logits, const nb_router_params *p, nb_tensor *ids,
+                                            nb_tensor *weights)
+{
+    NB_TRY(nb_cuda_check_f32("moe_gate_route", "x", x, 2));
+    NB_TRY(nb_cuda_check_f32("moe_gate_route", "logits", logits, 2));
+    NB_TRY(nb_cuda_check_weight("moe_gate_route", gate));
+    const int64_t T = x->shape[0];
+    if (!ids || ids->dtype != NB_DTYPE_I32 || ids->ndim != 2 || ids->device != NB_DEVICE_CUDA)
+        return nb_error(NB_ERR_INVALID_ARG, "moe_gate_route: ids must be I32 [T, k] in device memory");
+    NB_TRY(nb_cuda_check_f32("moe_gate_route", "weights", weights, 2));
+    const int K = p->top_k;
+    if (ids->shape[0] != T || ids->shape[1] != K || weights->shape[0] != T || weights->shape[1] != K)
+        return nb_error(NB_ERR_INVALID_ARG, "moe_gate_route: top_k %d, %lld tokens, ids [%lld, %lld], weights [%lld, %lld]",
+                        K, (long long)T, (long long)ids->shape[0], (long long)ids->shape[1],
+                        (long long)weights->shape[0], (long long)weights->shape[1]);
+    const int64_t row_bytes = gate->row_stride ? gate->row_stride : gate->k * 2;
+    nb_moe_gate_router_desc d;
+    memset(&d, 0, sizeof d);
+    d.x = (const float *)x->data;
+    d.ldx = x->stride[0];
+    d.hidden = (int)gate->k;
+    d.gate = (const uint16_t *)gate->data;
+    d.gate_ld = row_bytes / 2;
+    d.gate_bias = gate->bias;
+    d.r.tokens = (int)T;
+    d.r.experts = p->n_experts;
+    d.slot = -1;
+    const int fused = !nb_cuda_small_ops_legacy() && gate->fmt == NB_WFMT_BF16 && row_bytes % 16 == 0 &&
+                      nb_tensor_is_contiguous(logits) && nb_tensor_is_contiguous(ids) &&
+                      nb_tensor_is_contiguous(weights) && nb_moe_gate_router_fits(&d) &&
+                      (d.slot = gate_route_slot(ctx)) >= 0;
+    if (!fused) {
+        nb_status st = nb_cuda_linear(ctx, x, gate, logits);
+        if (st != NB_OK) return nb_error_wrap(st, "moe_gate_route: gate");
+        return nb_cuda_moe_route(ctx, logits, p, ids, weights);
+    }
+    d.r.topk = K;
+    d.r.score = p->score == NB_ROUTER_SIGMOID ? 1 : 0;
+    d.r.group = p->group == NB_ROUTER_GREEDY ? 0 : p->group == NB_ROUTER_GROUP_MAX ? 1 : 2;
+    d.r.n_group = p->group == NB_ROUTER_GREEDY ? 1 : p->n_group;
+    d.r.topk_group = p->group == NB_ROUTER_GREEDY ? 1 : p->topk_group;
+    d.r.norm_topk_prob = p->norm_topk_prob;
+    d.r.routed_scaling_factor = p->routed_scaling_factor;
+    d.r.logits = (const float *)logits->data;
+    d.r.bias = p->correction_bias;
+    d.r.ids = (int32_t *)ids->data;
+    d.r.weights = (float *)weights->data;
+    return nb_moe_gate_router(&d, nb_cuda_stream(ctx));
 }
 
 __global__ void k_rows_to_bf16(const float *x, int64_t ldx, int64_t k, uint16_t *o)
