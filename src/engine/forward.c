@@ -48,6 +48,7 @@ typedef struct fwd {
     /* DSA selection of the latest layer that computed one (shared layers reuse it). */
     int32_t *sel_pos, *sel_count;
     int have_sel;
+    int dsa_live; /* nb_fwd_index.dsa_live */
     float *h, *a, *o, *q, *qa, *kva, *att, *k, *v, *qi, *ki, *wi, *rlog, *rw;
     float *acat; /* [T, a_cat rows]: the concatenated projections' output (nb_layer.a_cat) */
     int32_t *rid;
@@ -84,12 +85,31 @@ static nb_status pool_write(fwd *f, int l, int64_t off, const float *src, int64_
     return nb_op_set_rows(f->m->ops, &st, f->rows, &dst);
 }
 
+/* The weight as this step runs it: without the top-k precision hint when it only feeds a
+ * DSA selection that cannot bite this step (ops.h NB_WEIGHT_FEEDS_DSA). */
+static const nb_weight *step_weight(const fwd *f, const nb_weight *w, nb_weight *tmp)
+{
+    if (f->dsa_live || !(w->flags & NB_WEIGHT_FEEDS_DSA)) return w;
+    *tmp = *w;
+    tmp->flags &= ~(NB_WEIGHT_FEEDS_TOPK | NB_WEIGHT_FEEDS_DSA);
+    return tmp;
+}
+
 static nb_status linear(fwd *f, const float *x, int64_t ldx, int64_t k, const nb_weight *w, float *y)
 {
     nb_tensor xt = t2((float *)x, f->T, k);
     xt.stride[0] = ldx;
     nb_tensor yt = t2(y, f->T, w->n);
-    return nb_op_linear(f->m->ops, &xt, w, &yt);
+    nb_weight tmp;
+    return nb_op_linear(f->m->ops, &xt, step_weight(f, w, &tmp), &yt);
+}
+
+static nb_status mlp(fwd *f, const nb_tensor *a, const nb_weight *gate, const nb_weight *up, const nb_weight *down,
+                     int accumulate, nb_tensor *o)
+{
+    nb_weight g, u, d;
+    return nb_op_mlp(f->m->ops, a, step_weight(f, gate, &g), step_weight(f, up, &u), step_weight(f, down, &d),
+                     accumulate, o);
 }
 
 static nb_status mla_layer(fwd *f, int l)
@@ -147,7 +167,9 @@ static nb_status mla_layer(fwd *f, int l)
         NB_TRY(linear(f, qa_p, qa_ld, ql, &L->q_b_proj, f->q));
     else
         NB_TRY(linear(f, f->a, H, H, &L->q_proj, f->q));
-    if (L->has_indexer) NB_TRY(linear(f, qa_p, qa_ld, ql, &L->idx_wq_b, f->qi));
+    /* the indexer's queries only where its selection can bite (nb_forward_dsa_live) */
+    const int idx_q = L->has_indexer && f->dsa_live;
+    if (idx_q) NB_TRY(linear(f, qa_p, qa_ld, ql, &L->idx_wq_b, f->qi));
 
     nb_tensor q_pe = t3(f->q + nope, T, nh, qk);
     q_pe.stride[0] = (int64_t)nh * qk;
@@ -158,9 +180,9 @@ static nb_status mla_layer(fwd *f, int l)
     nb_tensor qi_rot = t3(f->qi, T, ih, id), ki_rot = t3(ki_p, T, 1, rope);
     qi_rot.shape[2] = rope;
     ki_rot.stride[0] = ki_ld;
-    nb_tensor *rx[] = {&q_pe, &kpe, &qi_rot, &ki_rot};
+    nb_tensor *rx[] = {&q_pe, &kpe, &ki_rot, &qi_rot};
     const nb_rope *rt[] = {&m->rope, &m->rope, &m->index_rope, &m->index_rope};
-    NB_TRY(nb_op_rope_n(ops, L->has_indexer ? 4 : 2, rx, f->pos, rt));
+    NB_TRY(nb_op_rope_n(ops, L->has_indexer ? 3 + idx_q : 2, rx, f->pos, rt));
 
     /* the normalized latent and roped k_pe (adjacent) and the indexer key go to the pool */
     nb_tensor kvs = t2(kva_p, T, r + rope), kvd = pool_view(f, l, lay->latent_off, r + rope);
@@ -174,7 +196,7 @@ static nb_status mla_layer(fwd *f, int l)
     /* DSA selection */
     const nb_attn_select *selp = NULL;
     nb_attn_select sel;
-    if (L->has_indexer) {
+    if (idx_q) {
         nb_tensor qit = t3(f->qi, T, ih, id), wit = t2(wi_p, T, ih);
         wit.stride[0] = wi_ld;
         nb_tensor keys = pool_view(f, l, lay->index_off, id);
@@ -182,7 +204,7 @@ static nb_status mla_layer(fwd *f, int l)
                                 f->sel_count));
         f->have_sel = 1;
     }
-    if (c->arch == NB_ARCH_GLM_MOE_DSA) {
+    if (c->arch == NB_ARCH_GLM_MOE_DSA && f->dsa_live) {
         if (!f->have_sel) return nb_error(NB_ERR_INTERNAL, "forward: layer %d shares a DSA selection none computed", l);
         sel = (nb_attn_select){f->sel_pos, f->sel_count, c->index_topk};
         selp = &sel;
@@ -233,7 +255,7 @@ static nb_status mlp_layer(fwd *f, int l)
     nb_ops_ctx *ops = m->ops;
     const int T = f->T, H = c->hidden_size;
     nb_tensor a = t2(f->a, T, H), o = t2(f->o, T, H);
-    if (!L->is_moe) return nb_op_mlp(ops, &a, &L->gate_proj, &L->up_proj, &L->down_proj, 0, &o);
+    if (!L->is_moe) return mlp(f, &a, &L->gate_proj, &L->up_proj, &L->down_proj, 0, &o);
     const int E = c->n_routed_experts, K = c->num_experts_per_tok;
     nb_router_params rp = m->router;
     rp.correction_bias = L->router_bias;
@@ -244,7 +266,7 @@ static nb_status mlp_layer(fwd *f, int l)
     NB_TRY(nb_op_moe_gate_route(ops, &a, &L->router, &lg, &rp, &ids, &w));
     nb_moe_weights mw = {E, H, c->moe_intermediate_size, L->exp_gate, L->exp_up, L->exp_down};
     NB_TRY(nb_op_moe_experts(ops, &a, &ids, &w, &mw, 0, &o));
-    if (L->has_shared) NB_TRY(nb_op_mlp(ops, &a, &L->sh_gate, &L->sh_up, &L->sh_down, 1, &o));
+    if (L->has_shared) NB_TRY(mlp(f, &a, &L->sh_gate, &L->sh_up, &L->sh_down, 1, &o));
     return NB_OK;
 }
 
@@ -339,6 +361,7 @@ static nb_status fwd_setup(nb_model *m, nb_kv_pool *pool, int T, int R, const nb
     f->slot_table = (int32_t *)ix->slot_table;
     f->rows = (int32_t *)ix->rows;
     f->lrows = (int32_t *)ix->lrows;
+    f->dsa_live = ix->dsa_live;
     f->h = take(&bufs, 3 * H * T);
     f->a = f->h + H * T;
     f->o = f->a + H * T;
@@ -419,6 +442,15 @@ nb_status nb_forward_enqueue(nb_model *m, nb_kv_pool *pool, int T, int R, const 
     return fwd_run(&f, R, final_rows, logits, 0);
 }
 
+int nb_forward_dsa_live(const nb_model *m, const nb_batch *b)
+{
+    const nb_model_config *c = &m->cfg;
+    if (c->arch != NB_ARCH_GLM_MOE_DSA || c->index_topk <= 0) return 0;
+    for (int s = 0; s < b->n_seqs; s++)
+        if ((int64_t)b->seqs[s].start_pos + b->seqs[s].n_tokens > c->index_topk) return 1;
+    return 0;
+}
+
 void nb_forward_fill_index(const nb_batch *b, int32_t *ids, int32_t *pos, int32_t *sbase, int32_t *stab, int32_t *rows,
                            int32_t *lrows)
 {
@@ -468,7 +500,7 @@ static nb_status forward_eager(nb_model *m, nb_kv_pool *pool, const nb_batch *b,
     }
     if (st == NB_OK) {
         const int64_t d = didx - hidx;
-        nb_fwd_index ix = {ids + d, pos + d, sbase + d, stab + d, rows + d, lrows + d};
+        nb_fwd_index ix = {ids + d, pos + d, sbase + d, stab + d, rows + d, lrows + d, nb_forward_dsa_live(m, b)};
         fwd f;
         float *final_rows;
         st = fwd_setup(m, pool, T, R, &ix, &f, &final_rows);

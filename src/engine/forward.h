@@ -110,7 +110,14 @@ void nb_forward_fill_index(const nb_batch *b, int32_t *ids, int32_t *pos, int32_
 /* The step's index arrays in the model's memory (device memory on CUDA). */
 typedef struct nb_fwd_index {
     const int32_t *ids, *pos, *slot_base, *slot_table, *rows, *lrows;
+    int dsa_live; /* nb_forward_dsa_live of the step's batch */
 } nb_fwd_index;
+
+/* 1 when some token of the batch sits at a position >= index_topk on a DSA model, so its
+ * selection can leave positions out; 0 otherwise (every token attends to every earlier
+ * position whatever the index scores): the pass then skips the indexer's query side and
+ * runs the weights flagged NB_WEIGHT_FEEDS_DSA at the backend's usual precision (ops.h). */
+int nb_forward_dsa_live(const nb_model *m, const nb_batch *b);
 
 /* Enqueue one step of T tokens whose index arrays are already in the model's memory,
  * writing R logit rows to `logits` ([R, vocab], model memory). The activations live in

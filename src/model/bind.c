@@ -241,16 +241,18 @@ nb_status nb_bind_dsa_indexer(nb_model *m, int l)
      * projections, q_a_proj (its q input) and every linear layer of the earlier layers (the
      * residual stream its k and weights read). BF16 activations in any of these flipped the
      * selection on the glm_moe_dsa fixture (docs/cuda-backend.md). */
-    L->idx_wq_b.flags |= NB_WEIGHT_FEEDS_TOPK;
-    L->idx_wk.flags |= NB_WEIGHT_FEEDS_TOPK;
-    L->idx_weights_proj.flags |= NB_WEIGHT_FEEDS_TOPK;
-    L->q_a_proj.flags |= NB_WEIGHT_FEEDS_TOPK;
+    const unsigned dsa = NB_WEIGHT_FEEDS_TOPK | NB_WEIGHT_FEEDS_DSA; /* ops.h: only while the selection bites */
+    L->idx_wq_b.flags |= dsa;
+    L->idx_wk.flags |= dsa;
+    L->idx_weights_proj.flags |= dsa;
+    L->q_a_proj.flags |= dsa;
     for (int j = 0; j < l; j++) {
         nb_layer *E = &m->layers[j];
         nb_weight *ws[] = {&E->q_proj,  &E->k_proj,    &E->v_proj,  &E->o_proj,  &E->q_a_proj, &E->q_b_proj,
-                           &E->kv_a_proj, &E->gate_proj, &E->up_proj, &E->down_proj, &E->router,  &E->sh_gate,
+                           &E->kv_a_proj, &E->gate_proj, &E->up_proj, &E->down_proj, &E->sh_gate,
                            &E->sh_up,   &E->sh_down};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) ws[i]->flags |= NB_WEIGHT_FEEDS_TOPK;
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) ws[i]->flags |= dsa;
+        E->router.flags |= NB_WEIGHT_FEEDS_TOPK; /* it picks experts in every step */
     }
     L->has_indexer = 1;
     return NB_OK;

@@ -93,6 +93,12 @@ typedef struct nb_weight {
 /* data/scale live as long as the ops context (a model's device twin): a backend may cache
  * derived copies (a BF16 expansion) keyed by the pointers. Never set on short-lived weights. */
 #define NB_WEIGHT_RESIDENT 2u
+/* Set with NB_WEIGHT_FEEDS_TOPK on weights whose output reaches a discrete choice only
+ * through the DSA indexer (the indexer's projections and everything upstream of them). In a
+ * step where no token attends beyond index_topk the selection takes every position whatever
+ * the scores, so the forward pass clears both bits on its copy of the weight for that step
+ * (engine/forward.c) and the backend runs it at its usual precision. */
+#define NB_WEIGHT_FEEDS_DSA 4u
 
 /* Bytes of one dense row of `data` for this format and k (k/2 for NVFP4). */
 int64_t nb_weight_row_bytes(nb_wfmt fmt, int64_t k);

@@ -29,7 +29,7 @@ def main():
         return 77
     with tempfile.TemporaryDirectory() as d:
         js = os.path.join(d, "p.json")
-        cmd = [NIBBLE, "bench-offline", "--model", "synthetic:glm5-tiny:num_hidden_layers=3", "--num-prompts", "1,6",
+        cmd = [NIBBLE, "bench-offline", "--model", "synthetic:glm5-tiny:num_hidden_layers=3,index_topk=8", "--num-prompts", "1,6",
                "--input-len", "12", "--output-len", "9", "--profile-ops", "3", "--ceilings", f"{BW},100",
                "--json", js]
         r = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=120)

@@ -15,7 +15,8 @@
 #include "nbtest.h"
 #include "ops/profile.h"
 
-#define SPEC "synthetic:glm5-tiny:num_hidden_layers=2"
+/* index_topk below the prompt: the DSA selection bites, so dsa_select runs (forward.h nb_forward_dsa_live) */
+#define SPEC "synthetic:glm5-tiny:num_hidden_layers=2,index_topk=8"
 #define PROMPT 12
 
 typedef struct fixture {
