@@ -8,6 +8,8 @@
 #   tiny    synthetic:glm5-tiny greedy ids, cpu == cuda
 #   golden  tests/cuda_ops/cuda_golden_check.py (fixtures vs HF; greedy vs CPU; ~100 s)
 #   bench   nibble bench-linear $BENCH_ARGS (alone on the GPU, after the checks)
+#   offline nibble bench-offline on the 8-layer GLM-5 slice at batch 1 and 10 (graph-mode step
+#           p50 + per-op profile), NIBBLE_CUDA_LINEAR_SK=0 (before the stream-K kernel) and default
 #   cold    nibble bench-linear --lt-cold in two processes: NIBBLE_CUDA_GEMM_WARM=0 (before) and
 #           default (after the per-shape warm-up); first-use cost per call of eager steps
 set -uo pipefail
@@ -22,7 +24,7 @@ rc=0
 for s in $STEPS; do
   case $s in
     ops)
-      for c in linear mlp; do
+      for c in ${OPS_CASES:-linear mlp}; do
         timeout ${OPS_TIMEOUT:-40} env "$LIBS" $BUILD/tests/test_cuda_vs_cpu $c >>"$OUT/ops.log" 2>&1 || { echo "ops $c rc=$?"; rc=1; }
       done
       [ -x $BUILD/tests/test_gemm_lt ] && { timeout 30 env "$LIBS" $BUILD/tests/test_gemm_lt >>"$OUT/ops.log" 2>&1 || rc=1; }
@@ -45,6 +47,13 @@ for s in $STEPS; do
         timeout ${COLD_TIMEOUT:-30} env "$LIBS" NIBBLE_CUDA_GEMM_WARM=$v $BUILD/nibble bench-linear --lt-cold --tokens none \
           --lt-tokens none --format bf16 >"$OUT/cold_warm$v.log" 2>&1 || rc=1
         grep -E "^lt cold|failed|error" "$OUT/cold_warm$v.log"
+      done ;;
+    offline)
+      for v in 0 1; do
+        timeout ${OFFLINE_TIMEOUT:-25} env "$LIBS" NIBBLE_CUDA_LINEAR_SK=$v $BUILD/nibble bench-offline --backend cuda \
+          --model "${MODEL:-synthetic:glm5:num_hidden_layers=8,experts=nvfp4}" --num-prompts ${LEVELS:-1,10} \
+          --input-len 128 --output-len ${OUTLEN:-48} --profile-ops 4 >"$OUT/offline_sk$v.log" 2>&1 || rc=1
+        grep -E "^bench-offline|Decode-only step time|Decode step time / floor|step wall|  linear|  mlp" "$OUT/offline_sk$v.log"
       done ;;
     bench)
       timeout ${BENCH_TIMEOUT:-60} env "$LIBS" $BUILD/nibble bench-linear ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1 || rc=1

@@ -314,7 +314,10 @@ static void linear_case_ex(nb_wfmt fmt, int T, int n, int k, int bias, unsigned 
     tu_down(&dy, yb);
     char name[128], path[48];
     const char *route = nb_cuda_linear_path_name(&w.d, (const float *)dx.data, (int64_t)ldx, T);
-    if (!strcmp(route, "mma")) {
+    if (!strcmp(route, "sk")) {
+        nb_cuda_sk_plan p = nb_cuda_sk_plan_for(&w.d, T, 0, 132);
+        snprintf(path, sizeof path, "sk %d terms NT=%d w=%lld", p.terms, p.token_tiles, (long long)p.warps);
+    } else if (!strcmp(route, "mma")) {
         nb_cuda_mma_plan p = nb_cuda_mma_plan_for(&w.d, T, 132);
         snprintf(path, sizeof path, "mma %d terms NT=%d ks~%d", p.terms, p.token_tiles, p.ksplit);
     } else if (!strcmp(route, "lt")) {
@@ -359,6 +362,7 @@ static void test_linear_gemv_vec(void)
 {
     tu_seed(13);
     nb_cuda_linear_force_mma(1); /* BF16 from 3 tokens would take the skinny GEMM */
+    nb_cuda_linear_force_sk(1);  /* and small BF16 weights the stream-K one from 1 */
     const int Ts[] = {1, 2, 3, 4, 5, 8, 10, 16};
     for (int f = NB_WFMT_BF16; f <= NB_WFMT_NVFP4; f++) {
         for (size_t i = 0; i < NB_ARRAY_LEN(Ts); i++) linear_case((nb_wfmt)f, Ts[i], 203, 2048, i % 2, NB_TOL_F32);
@@ -382,6 +386,7 @@ static void test_linear_gemv_vec(void)
     linear_case(NB_WFMT_BF16, 10, 2048, 6144, 0, NB_TOL_F32);
     linear_case(NB_WFMT_NVFP4, 2, 1024, 6144, 1, NB_TOL_F32);
     nb_cuda_linear_force_mma(0);
+    nb_cuda_linear_force_sk(0);
 }
 
 /* The tensor-core skinny GEMM (linear_mma.cu) at the float32 tolerance: every T in 3..64
@@ -407,6 +412,7 @@ static void linear_mma_case(int T, int n, int k, int bias, int ldx_pad, int want
 static void test_linear_mma(void)
 {
     tu_seed(15);
+    nb_cuda_linear_force_sk(1); /* the stream-K kernel takes 1..16 tokens first: test_linear_sk */
     for (int T = NB_CUDA_LINEAR_MMA_MIN_TOKENS; T <= NB_CUDA_LINEAR_MMA_MAX_TOKENS; T++)
         linear_mma_case(T, 200, 1024 + 32 * 3, T % 2, 4, 1);
     linear_mma_case(10, 40, 8192 + 32, 1, 4, 1);   /* 2.5 row tiles, many K ranges */
@@ -431,6 +437,110 @@ static void test_linear_mma(void)
     mlp_case(NB_WFMT_BF16, 64, 512, 1536, NB_TOL_F32);
     nb_cuda_linear_force_mma(0);
     linear_mma_case(32, 2048, 1024, 0, 4, 0);     /* more than 16 tokens on a large weight: cuBLASLt */
+    nb_cuda_linear_force_sk(0);
+}
+
+/* The stream-K skinny GEMM (linear_sk.cu) at the float32 tolerance: every T in 1..16 and 17
+ * (past it: another route), GLM-5's row counts 256 / 2784 / 4096 with K not a multiple of
+ * the 256-wide chunks, grids forced so that warp ranges split tiles in every way (one warp
+ * for everything, ranges of a step, tiles shared by many warps), results repeatable to the
+ * bit, the ladder's size rule at 1-2 tokens and its fallbacks. */
+static void linear_sk_case(int T, int n, int k, int bias, int ldx_pad, int want_sk)
+{
+    tu_weight probe;
+    tu_weight_make(&probe, NB_WFMT_BF16, n, k, 0.1f, 0);
+    float *dxp = nb_ops_alloc(tu_gpu, (size_t)T * (size_t)(k + ldx_pad) * 4);
+    const char *route = nb_cuda_linear_path_name(&probe.d, dxp, k + ldx_pad, T);
+    if (!strcmp(route, "sk") != !!want_sk) fprintf(stderr, "    T=%d [%d, %d]: route %s\n", T, n, k, route);
+    NB_CHECK(!strcmp(route, "sk") == !!want_sk);
+    nb_ops_free(tu_gpu, dxp);
+    tu_weight_free(&probe);
+    linear_case_ex(NB_WFMT_BF16, T, n, k, bias, 0, ldx_pad, T <= NB_CUDA_LINEAR_GEMV_MAX_TOKENS ? NB_TOL_F32 : NB_TOL_BF16);
+}
+
+/* The same call twice on the GPU: bitwise equal (partial tiles are summed in a fixed order). */
+static void linear_sk_repeat(int T, int n, int k)
+{
+    tu_weight w;
+    tu_weight_make(&w, NB_WFMT_BF16, n, k, 0.1f, 1);
+    float *x = malloc((size_t)T * k * 4), *y0 = malloc((size_t)T * n * 4), *y1 = malloc((size_t)T * n * 4);
+    tu_fill(x, (size_t)T * k, 1.0f);
+    nb_tensor hx = nb_tensor_2d(x, F32, T, k), hy = nb_tensor_2d(y0, F32, T, n);
+    nb_tensor dx = tu_twin(&hx), dy = tu_twin(&hy);
+    NB_CHECK_OK(nb_op_linear(tu_gpu, &dx, &w.d, &dy));
+    tu_down(&dy, y0);
+    NB_CHECK_OK(nb_op_linear(tu_gpu, &dx, &w.d, &dy));
+    tu_down(&dy, y1);
+    NB_CHECK(memcmp(y0, y1, (size_t)T * n * 4) == 0);
+    fprintf(stderr, "    sk T=%d [%d, %d] twice: %s\n", T, n, k, memcmp(y0, y1, (size_t)T * n * 4) ? "differ" : "bitwise equal");
+    free(x), free(y0), free(y1);
+    tu_weight_free(&w);
+    tu_free_all();
+}
+
+static void test_linear_sk(void)
+{
+    tu_seed(16);
+    const int ns[] = {256, 2784, 4096};
+    for (int T = 1; T <= NB_CUDA_LINEAR_SK_MAX_TOKENS + 1; T++)
+        linear_sk_case(T, ns[T % 3], 1024 + 32 * 5, T % 2, 4, T <= NB_CUDA_LINEAR_SK_MAX_TOKENS);
+    linear_sk_case(10, 2784, 6144, 0, 4, 1); /* GLM-5: q_a + kv_a + indexer wk + weights_proj */
+    linear_sk_case(1, 4096, 2048, 1, 4, 1);  /* indexer wq_b */
+    linear_sk_case(2, 256, 6144, 0, 4, 1);   /* mlp.gate */
+    linear_sk_case(16, 6144, 2048, 1, 4, 1); /* shared expert down */
+    /* Grids forced: one warp for all, few warps over many tiles, ranges shorter than a tile,
+     * more warps than units (clamped: one step each). 200 rows: 7 tiles, the last partial. */
+    const int warps[] = {1, 3, 7, 64, 1000, 100000};
+    for (size_t i = 0; i < NB_ARRAY_LEN(warps); i++) {
+        nb_cuda_linear_force_sk_warps(warps[i]);
+        linear_sk_case(i % 2 ? 10 : 2, 200, 2048 + 32 * 3, 1, 4, 1);
+        linear_sk_case(16, 45, 512 + 32, 0, 4, 1);
+    }
+    nb_cuda_linear_force_sk_warps(64);
+    linear_sk_repeat(10, 2784, 6144);
+    nb_cuda_linear_force_sk_warps(0);
+    linear_sk_repeat(1, 4096, 2048);
+    /* 1-2 tokens on a weight above NB_CUDA_LINEAR_SK_SMALL_MB: the float32 GEMV; forced: sk. */
+    linear_sk_case(1, 16384, 4096, 0, 4, 0);
+    nb_cuda_linear_force_sk(2);
+    linear_sk_case(1, 16384, 4096, 1, 4, 1);
+    linear_sk_case(2, 16384, 4096, 0, 4, 1);
+    nb_cuda_linear_force_sk(0);
+    linear_sk_case(10, 64, 1000, 1, 4, 0); /* K % 32 */
+    linear_sk_case(10, 64, 1024, 1, 1, 0); /* misaligned activations */
+    nb_cuda_linear_force_sk(1);            /* off: the ladder before it */
+    linear_sk_case(10, 256, 1024, 0, 4, 0);
+    nb_cuda_linear_force_sk(0);
+}
+
+/* The fused gate+up launch of the MLP (SiLU(gate) * up in the epilogue, then down on the
+ * linear ladder, accumulating into the output): every T in 1..17, partial pair tiles,
+ * forced grids, GLM-5's shared expert, and the unfused route for comparison. */
+static void mlp_fused_case(int T, int H, int I, int want_fused)
+{
+    tu_weight g, u;
+    tu_weight_make(&g, NB_WFMT_BF16, I, H, 0.1f, 0);
+    tu_weight_make(&u, NB_WFMT_BF16, I, H, 0.1f, 0);
+    const int fused = nb_cuda_gate_up_sk_can(&g.d, &u.d, NULL, H, T);
+    if (fused != want_fused) fprintf(stderr, "    mlp T=%d H=%d I=%d: fused %d\n", T, H, I, fused);
+    NB_CHECK(fused == want_fused);
+    tu_weight_free(&g), tu_weight_free(&u);
+    mlp_case(NB_WFMT_BF16, T, H, I, T <= NB_CUDA_LINEAR_GEMV_MAX_TOKENS ? NB_TOL_F32 : NB_TOL_BF16);
+}
+
+static void test_mlp_fused(void)
+{
+    tu_seed(17);
+    for (int T = 1; T <= NB_CUDA_LINEAR_SK_MAX_TOKENS + 1; T++)
+        mlp_fused_case(T, 1024 + 32 * 3, T % 2 ? 200 : 384, T <= NB_CUDA_LINEAR_SK_MAX_TOKENS);
+    mlp_fused_case(10, 6144, 2048, 1); /* GLM-5's shared expert */
+    mlp_fused_case(1, 6144, 2048, 1);
+    nb_cuda_linear_force_sk_warps(5);
+    mlp_fused_case(3, 1024 + 32 * 3, 200, 1);
+    nb_cuda_linear_force_sk_warps(0);
+    nb_cuda_mlp_force_fused(0);
+    mlp_fused_case(10, 1024 + 32 * 3, 200, 0);
+    nb_cuda_mlp_force_fused(-1);
 }
 
 static void test_linear_lt(void)
@@ -893,9 +1003,11 @@ static const nb_test tests[] = {
     {"linear_gemv", test_linear_gemv},
     {"linear_gemv_vec", test_linear_gemv_vec},
     {"linear_mma", test_linear_mma},
+    {"linear_sk", test_linear_sk},
     {"linear_lt", test_linear_lt},
     {"linear_lt_cache", test_linear_lt_cache},
     {"mlp", test_mlp},
+    {"mlp_fused", test_mlp_fused},
     {"attention", test_attention},
     {"mla", test_mla},
     {"dsa_select", test_dsa_select},

@@ -1,5 +1,7 @@
 // CUDA dense linear layers and the SwiGLU MLP over weights in any nb_weight format.
-// Three paths (nb_cuda_linear_path_name); ops/cuda/linear.h has the ladder and the knobs:
+// Four paths (nb_cuda_linear_path_name); ops/cuda/linear.h has the ladder and the knobs:
+//   sk:   BF16 weights at 3..16 tokens, and small ones at 1-2: the stream-K skinny GEMM of
+//         linear_sk.cu (also the MLP's fused gate+up launch).
 //   mma:  BF16 weights at 3..64 tokens: the tensor-core skinny GEMM of linear_mma.cu.
 //   gemv: up to 16 tokens, float32 products (the CPU op's arithmetic). BF16 and NVFP4 rows
 //         run the vector kernel of linear_gemv.cu (16-byte loads, rows per warp by T,
@@ -172,17 +174,18 @@ extern "C" int nb_cuda_linear_should_use_lt(int64_t tokens, nb_wfmt fmt)
     return tokens > NB_CUDA_LINEAR_GEMV_MAX_TOKENS;
 }
 
-// 0 gemv, 1 lt, 2 mma.
+// 0 gemv, 1 lt, 2 mma, 3 sk.
 static int pick(const nb_weight *w, const float *x, int64_t ldx, int64_t T)
 {
     const int forced = env_forced();
+    if (!forced && nb_cuda_linear_sk_should(w, x, ldx, T)) return 3;
     if (forced != 1 && forced != 2 && nb_cuda_linear_mma_can(w, x, ldx, T)) return 2;
     return nb_cuda_linear_should_use_lt(T, w->fmt);
 }
 
 extern "C" const char *nb_cuda_linear_path_name(const nb_weight *w, const float *x, int64_t ldx, int64_t T)
 {
-    static const char *const names[] = {"gemv", "lt", "mma"};
+    static const char *const names[] = {"gemv", "lt", "mma", "sk"};
     return names[pick(w, x, ldx, T)];
 }
 
@@ -193,6 +196,10 @@ extern "C" const char *nb_cuda_linear_path_name(const nb_weight *w, const float 
 
 extern "C" nb_status nb_cuda_linear_mma(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T, const nb_weight *w,
                                         float *y, int64_t ldy, int accumulate);
+extern "C" nb_status nb_cuda_linear_sk(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T, const nb_weight *w,
+                                       float *y, int64_t ldy, int accumulate);
+extern "C" nb_status nb_cuda_gate_up_sk(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T,
+                                        const nb_weight *gate, const nb_weight *up, float *h, int64_t ldh);
 
 static nb_status gemv(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T, const nb_weight *w, float *y,
                       int64_t ldy, int accumulate)
@@ -348,6 +355,7 @@ nb_status nb_cuda_linear_raw(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64
 {
     if (T == 0) return NB_OK;
     switch (pick(w, x, ldx, T)) {
+    case 3: return nb_cuda_linear_sk(ctx, x, ldx, T, w, y, ldy, accumulate);
     case 2: return nb_cuda_linear_mma(ctx, x, ldx, T, w, y, ldy, accumulate);
     case 1: return lt(ctx, x, ldx, T, w, y, ldy, accumulate);
     default: return gemv(ctx, x, ldx, T, w, y, ldy, accumulate);
@@ -394,6 +402,11 @@ extern "C" nb_status nb_cuda_mlp(nb_ops_ctx *ctx, const nb_tensor *x, const nb_w
     if (!g) return NB_ERR_OUT_OF_MEMORY;
     float *u = g + T * I;
     const float *xp = (const float *)x->data;
+    if (nb_cuda_gate_up_sk_can(gate, up, xp, x->stride[0], T)) {
+        // One launch for gate and up with SiLU(gate) * up in its epilogue, then down.
+        NB_TRY(nb_cuda_gate_up_sk(ctx, xp, x->stride[0], T, gate, up, g, I));
+        return nb_cuda_linear_raw(ctx, g, I, T, down, (float *)out->data, out->stride[0], accumulate);
+    }
     NB_TRY(nb_cuda_linear_raw(ctx, xp, x->stride[0], T, gate, g, I, 0));
     NB_TRY(nb_cuda_linear_raw(ctx, xp, x->stride[0], T, up, u, I, 0));
     int blocks = (int)((T * I + 255) / 256);

@@ -1,5 +1,8 @@
 // Lab timing of the CUDA linear op (tools/lab/linear_bench.h).
 // Exercise: nibble bench-linear [--tokens 1,2,10,64] [--lt-tokens 512,4096] [--sweep] [--lt-host] [--lt-cold]
+// Decode rows: the automatic route, "old:" the route before the stream-K kernel (the same
+// binary with it off), "forced:" the stream-K kernel where the ladder does not take it;
+// then the MLP op (shared expert, dense layer): fused gate+up, unfused, old.
 // Weights are random bits generated on the device (BF16 drawn in [-2, 2], NVFP4 codes any,
 // E4M3 scales normal), so only time is measured here; tests/cuda_ops checks the values.
 #include <math.h>
@@ -20,13 +23,14 @@ typedef struct {
     int64_t n, k;
 } lb_shape;
 
-// GLM-5's dense layers (hidden 6144): out x in.
+// GLM-5's dense layers (hidden 6144) as the model runs them: out x in.
 static const lb_shape lb_shapes[] = {
-    {"q_a 6144->2048", 2048, 6144},
-    {"kv_a 6144->576", 576, 6144},
+    {"attn_in 6144->2784", 2784, 6144}, // q_a + kv_a + indexer wk + weights_proj, concatenated
     {"q_b 2048->16384", 16384, 2048},
+    {"idx_wq_b 2048->4096", 4096, 2048},
     {"o 16384->6144", 6144, 16384},
-    {"gate_up 6144->24576", 24576, 6144},
+    {"router 6144->256", 256, 6144}, // mlp.gate
+    {"sh_down 2048->6144", 6144, 2048},
     {"down 12288->6144", 6144, 12288},
     {"lm_head 6144->154880", 154880, 6144},
 };
@@ -96,17 +100,29 @@ typedef struct {
     float *x, *y; // activations and outputs, sized for the largest point
 } lb_env;
 
+// The call a timed point repeats: copy i of its weights at T tokens.
+typedef nb_status (*lb_call_fn)(lb_env *E, const void *arg, int i, int64_t T);
+
+typedef struct {
+    const nb_weight *ws;
+} lb_linear_arg;
+
+static nb_status lb_linear_call(lb_env *E, const void *arg, int i, int64_t T)
+{
+    const nb_weight *w = &((const lb_linear_arg *)arg)->ws[i];
+    nb_tensor x = nb_tensor_2d(E->x, NB_DTYPE_F32, T, w->k), y = nb_tensor_2d(E->y, NB_DTYPE_F32, T, w->n);
+    x.device = y.device = NB_DEVICE_CUDA;
+    return nb_op_linear(E->ctx, &x, w, &y);
+}
+
 // One point: `reps` calls over rotating copies captured in a CUDA graph (plain launches
 // when capture fails), one warm-up call outside the graph (grows scratch, fills caches).
 // Returns the median time per call in microseconds, or a negative value on error.
-static double lb_time(lb_env *E, const nb_weight *ws, int copies, int64_t T, int *graphed)
+static double lb_time_fn(lb_env *E, lb_call_fn fn, const void *arg, int copies, int64_t T, int *graphed)
 {
     nb_ops_ctx *ctx = E->ctx;
     cudaStream_t s = nb_cuda_stream(ctx);
-    const int64_t n = ws[0].n, k = ws[0].k;
-    nb_tensor x = nb_tensor_2d(E->x, NB_DTYPE_F32, T, k), y = nb_tensor_2d(E->y, NB_DTYPE_F32, T, n);
-    x.device = y.device = NB_DEVICE_CUDA;
-    if (nb_op_linear(ctx, &x, &ws[0], &y) != NB_OK) return -1;
+    if (fn(E, arg, 0, T) != NB_OK) return -1;
     if (cudaStreamSynchronize(s) != cudaSuccess) return -1;
     const int reps = copies * ((8 + copies - 1) / copies);
     cudaGraph_t graph = NULL;
@@ -114,7 +130,7 @@ static double lb_time(lb_env *E, const nb_weight *ws, int copies, int64_t T, int
     *graphed = 0;
     if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
         int ok = 1;
-        for (int i = 0; i < reps && ok; i++) ok = nb_op_linear(ctx, &x, &ws[i % copies], &y) == NB_OK;
+        for (int i = 0; i < reps && ok; i++) ok = fn(E, arg, i % copies, T) == NB_OK;
         if (cudaStreamEndCapture(s, &graph) == cudaSuccess && ok &&
             cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess)
             *graphed = 1;
@@ -130,7 +146,7 @@ static double lb_time(lb_env *E, const nb_weight *ws, int copies, int64_t T, int
         cudaEventRecord(e0, s);
         if (*graphed) bad = cudaGraphLaunch(exec, s) != cudaSuccess;
         else
-            for (int i = 0; i < reps && !bad; i++) bad = nb_op_linear(ctx, &x, &ws[i % copies], &y) != NB_OK;
+            for (int i = 0; i < reps && !bad; i++) bad = fn(E, arg, i % copies, T) != NB_OK;
         cudaEventRecord(e1, s);
         if (cudaEventSynchronize(e1) != cudaSuccess) bad = 1;
         if (it >= 0) cudaEventElapsedTime(&t[it], e0, e1);
@@ -141,6 +157,12 @@ static double lb_time(lb_env *E, const nb_weight *ws, int copies, int64_t T, int
     cudaEventDestroy(e1);
     if (bad || cudaGetLastError() != cudaSuccess) return -1;
     return lb_median(t, iters) * 1e3 / reps;
+}
+
+static double lb_time(lb_env *E, const nb_weight *ws, int copies, int64_t T, int *graphed)
+{
+    lb_linear_arg a = {ws};
+    return lb_time_fn(E, lb_linear_call, &a, copies, T, graphed);
 }
 
 static void lb_print(lb_env *E, const char *fmt, const lb_shape *sh, int64_t T, const char *path, double wbytes,
@@ -188,48 +210,133 @@ static nb_status lb_weights(lb_env *E, int nvfp4, const lb_shape *sh, nb_weight 
     return NB_OK;
 }
 
+// The label of the route a call takes now (after the forcing knobs are set).
+static void lb_route(lb_env *E, const nb_weight *w, int64_t T, const char *tag, char *path, size_t len)
+{
+    const char *route = nb_cuda_linear_path_name(w, E->x, w->k, T);
+    nb_cuda_gemv_plan pl = nb_cuda_gemv_plan_for(w, T, E->sm_count);
+    if (!strcmp(route, "sk")) {
+        nb_cuda_sk_plan sp = nb_cuda_sk_plan_for(w, T, 0, E->sm_count);
+        snprintf(path, len, "%ssk %dt w=%lld", tag, sp.terms, (long long)sp.warps);
+    } else if (!strcmp(route, "mma")) {
+        nb_cuda_mma_plan mp = nb_cuda_mma_plan_for(w, T, E->sm_count);
+        snprintf(path, len, "%smma %dt ks=%d", tag, mp.terms, mp.ksplit);
+    } else if (!strcmp(route, "lt")) {
+        snprintf(path, len, "%slt 1 term", tag);
+    } else if (pl.vector) {
+        snprintf(path, len, "%sgemv%s R=%d W=%d", tag, pl.staged ? " stg" : "", pl.rows_per_warp, pl.ksplit);
+    } else {
+        snprintf(path, len, "%sgemv generic", tag);
+    }
+}
+
 static void lb_gemv_rows(lb_env *E, int nvfp4, const lb_shape *sh, const nb_bench_linear_params *p, nb_weight *ws,
                          int copies, double wbytes)
 {
     const char *fmt = nvfp4 ? "nvfp4" : "bf16";
     for (int ti = 0; ti < p->n_tokens; ti++) {
         const int64_t T = p->tokens[ti];
-        // The automatic route first; where that is the skinny GEMM, also the route before it
-        // (GEMV or cuBLASLt, "mma off") and the GEMM with three activation terms; with --sweep
-        // every GEMV K split with and without staging.
-        for (int v = -2; v <= (p->sweep ? 8 : 0); v++) {
-            const int ks = v > 0 ? 1 << ((v - 1) / 2) : 0, stg = v > 0 ? 1 + (v - 1) % 2 : 0;
-            const int mma_auto = nb_cuda_linear_mma_can(&ws[0], E->x, ws[0].k, T);
-            if (v < 0 && !mma_auto) continue;
-            nb_cuda_linear_force_mma(v == -1 || v > 0 ? 1 : 0);
-            nb_cuda_linear_force_mma_terms(v == -2 ? 3 : 0);
+        // v = 0: the automatic route; 1: the route before the stream-K kernel ("old:",
+        // NIBBLE_CUDA_LINEAR_SK=0); 2: the stream-K kernel forced where the ladder does not
+        // take it; 3..10 with --sweep: every GEMV K split with and without staging.
+        for (int v = 0; v <= (p->sweep ? 10 : 2); v++) {
+            const int ks = v > 2 ? 1 << ((v - 3) / 2) : 0, stg = v > 2 ? 1 + (v - 3) % 2 : 0;
+            nb_cuda_linear_force_sk(v == 1 || v > 2 ? 1 : v == 2 ? 2 : 0);
+            nb_cuda_linear_force_mma(v > 2 ? 1 : 0);
             nb_cuda_linear_force_ksplit(ks);
             nb_cuda_linear_force_staged(stg);
             const char *route = nb_cuda_linear_path_name(&ws[0], E->x, ws[0].k, T);
             nb_cuda_gemv_plan pl = nb_cuda_gemv_plan_for(&ws[0], T, E->sm_count);
-            if (v > 0 && (!pl.vector || pl.ksplit != ks || pl.staged != (stg == 2))) continue; // does not fit
-            char path[48];
-            const char *tag = v == -1 ? " (mma off)" : v > 0 ? " (forced)" : "";
-            if (!strcmp(route, "mma")) {
-                nb_cuda_mma_plan mp = nb_cuda_mma_plan_for(&ws[0], T, E->sm_count);
-                snprintf(path, sizeof path, "mma %dt ks=%d", mp.terms, mp.ksplit);
-            } else if (!strcmp(route, "lt")) {
-                snprintf(path, sizeof path, "lt 1 term%s", tag);
-            } else if (pl.vector) {
-                snprintf(path, sizeof path, "gemv%s R=%d W=%d%s", pl.staged ? " stg" : "", pl.rows_per_warp, pl.ksplit,
-                         tag);
-            } else {
-                snprintf(path, sizeof path, "gemv generic%s", tag);
+            if (v > 2 && (strcmp(route, "gemv") || !pl.vector || pl.ksplit != ks || pl.staged != (stg == 2)))
+                continue; // does not fit
+            if (v == 1) {
+                nb_cuda_linear_force_sk(0);
+                const int auto_sk = !strcmp(nb_cuda_linear_path_name(&ws[0], E->x, ws[0].k, T), "sk");
+                nb_cuda_linear_force_sk(1);
+                if (!auto_sk) continue; // the same route as the automatic row
             }
+            if (v == 2) {
+                nb_cuda_linear_force_sk(0);
+                const int auto_sk = !strcmp(nb_cuda_linear_path_name(&ws[0], E->x, ws[0].k, T), "sk");
+                nb_cuda_linear_force_sk(2);
+                if (auto_sk || strcmp(route, "sk")) continue; // already timed, or cannot run
+            }
+            char path[48];
+            lb_route(E, &ws[0], T, v == 1 ? "old: " : v == 2 ? "forced: " : v > 2 ? "sweep: " : "", path, sizeof path);
             int graphed = 0;
             double us = lb_time(E, ws, copies, T, &graphed);
             lb_print(E, fmt, sh, T, path, wbytes, us, graphed);
         }
+        nb_cuda_linear_force_sk(0);
         nb_cuda_linear_force_mma(0);
-        nb_cuda_linear_force_mma_terms(0);
         nb_cuda_linear_force_ksplit(0);
         nb_cuda_linear_force_staged(0);
     }
+}
+
+// The SwiGLU MLP op (nb_op_mlp, accumulating into its output as the shared expert does):
+// gate, up [I x H], down [H x I], BF16.
+typedef struct {
+    const nb_weight *g, *u, *d; // copies
+} lb_mlp_arg;
+
+static nb_status lb_mlp_call(lb_env *E, const void *arg, int i, int64_t T)
+{
+    const lb_mlp_arg *m = (const lb_mlp_arg *)arg;
+    const int64_t H = m->d[i].n;
+    nb_tensor x = nb_tensor_2d(E->x, NB_DTYPE_F32, T, H), y = nb_tensor_2d(E->y, NB_DTYPE_F32, T, H);
+    x.device = y.device = NB_DEVICE_CUDA;
+    return nb_op_mlp(E->ctx, &x, &m->g[i], &m->u[i], &m->d[i], 1, &y);
+}
+
+static nb_status lb_mlp_rows(lb_env *E, const nb_bench_linear_params *p, const char *name, int64_t H, int64_t I)
+{
+    const size_t mb = (size_t)(I * H) * 2; // bytes of one matrix
+    int copies = (int)((3.0 * E->l2_bytes + 3 * mb - 1) / (double)(3 * mb));
+    copies = copies < 1 ? 1 : copies > 16 ? 16 : copies;
+    void *data = NULL;
+    NB_CUDA_TRY(cudaMalloc(&data, 3 * mb * copies));
+    nb_status st = lb_fill_dev(data, 3 * mb * copies, 31 + (uint64_t)I, 2);
+    nb_weight g[16], u[16], d[16];
+    for (int i = 0; i < copies; i++) {
+        nb_weight w;
+        memset(&w, 0, sizeof w);
+        w.fmt = NB_WFMT_BF16;
+        w.global_scale = 1.0f;
+        w.device = NB_DEVICE_CUDA;
+        w.n = I, w.k = H;
+        w.data = (uint8_t *)data + 3 * mb * i;
+        g[i] = w;
+        w.data = (uint8_t *)data + 3 * mb * i + mb;
+        u[i] = w;
+        w.n = H, w.k = I;
+        w.data = (uint8_t *)data + 3 * mb * i + 2 * mb;
+        d[i] = w;
+    }
+    lb_mlp_arg a = {g, u, d};
+    const lb_shape sh = {name, H, I};
+    for (int ti = 0; ti < p->n_tokens && st == NB_OK; ti++) {
+        const int64_t T = p->tokens[ti];
+        if (T > NB_CUDA_LINEAR_GEMV_MAX_TOKENS) continue;
+        // 0: automatic; 1: gate and up as two linears + SiLU pass on the automatic linear
+        // ladder; 2: before the stream-K kernel (NIBBLE_CUDA_LINEAR_SK=0).
+        for (int v = 0; v < 3; v++) {
+            nb_cuda_mlp_force_fused(v == 1 ? 0 : -1);
+            nb_cuda_linear_force_sk(v == 2 ? 1 : 0);
+            const int fused = nb_cuda_gate_up_sk_can(&g[0], &u[0], E->x, H, T);
+            if (v == 1 && !nb_cuda_linear_sk_should(&g[0], E->x, H, T)) continue; // same as "old"
+            char path[48];
+            snprintf(path, sizeof path, "%s%s + down %s", v == 2 ? "old: " : "", fused ? "gate_up fused" : "gate, up",
+                     nb_cuda_linear_path_name(&d[0], E->x, I, T));
+            int graphed = 0;
+            double us = lb_time_fn(E, lb_mlp_call, &a, copies, T, &graphed);
+            lb_print(E, "mlp", &sh, T, path, 3.0 * mb, us, graphed);
+        }
+    }
+    nb_cuda_mlp_force_fused(-1);
+    nb_cuda_linear_force_sk(0);
+    cudaFree(data);
+    return st;
 }
 
 static double lb_now_us(void)
@@ -471,6 +578,9 @@ extern "C" nb_status nb_bench_linear_run(const nb_bench_linear_params *p)
             if (st == NB_OK) st = nb_ops_ctx_new_cuda(0, &E.ctx);
         }
     }
+    // The MLP op at decode token counts: GLM-5's shared expert and dense-layer MLP.
+    if (st == NB_OK && p->bf16 && p->n_tokens) st = lb_mlp_rows(&E, p, "shared mlp 6144x2048", 6144, 2048);
+    if (st == NB_OK && p->bf16 && p->n_tokens) st = lb_mlp_rows(&E, p, "dense mlp 6144x12288", 6144, 12288);
 done:
     if (E.ctx) nb_ops_ctx_free(E.ctx);
     cudaFree(E.x);

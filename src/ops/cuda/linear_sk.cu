@@ -1,0 +1,504 @@
+// The stream-K skinny GEMM of the CUDA linear op (ops/cuda/linear.h): y[T, n] (+)= x[T, k] W^T
+// (+ bias) for BF16 weights at 1..16 tokens, and the MLP's gate and up projections in one
+// pass with SiLU(gate) * up computed before anything is stored. Bandwidth-bound: the goal is
+// that every SM streams weights from the first cycle to the last.
+//   - Work is cut in units of (row tile, 32-K step); each warp of the grid owns one
+//     contiguous range of U / warps units (+-1), so all warps finish together whatever the
+//     shape: no wave tail (the mma kernel's 288 blocks over 264 slots ran a second wave of 24
+//     on o_proj), and small matrices still spread over every SM. A range starts and ends
+//     anywhere inside a tile, so at most its first and last tiles are partial.
+//   - A row tile is 32 rows (two m16 tiles sharing each activation fragment) or, for the
+//     gate/up pair, 16 rows of gate and the same 16 of up. Weights are the m16n8k16 A operand
+//     straight from global memory (16 bytes per lane per row per step, SK_UB steps in flight
+//     per warp), no shared memory and no barriers: warps never wait for each other.
+//   - Activations (float32) are the B operand: each lane loads its token's 8 values of a step
+//     from L1/L2 and splits them in registers into TERMS BF16 terms (hi, lo[, rest]): two keep
+//     ~16 mantissa bits (the mma kernel's contract, ~4e-6 relative on a dot product), three
+//     are the float32 activations exactly (used at 1-2 tokens, where the float32 GEMV's
+//     contract applies).
+//   - A partial tile's sums go to scratch (lane-major, coalesced); the warp that arrives last
+//     at the tile (a per-tile counter) adds every contributor's sums in warp order (fixed:
+//     results do not depend on scheduling), applies the epilogue and resets the counter. No
+//     second launch. The counters are one device array, zero at load and left zero by every
+//     call; two streams must not run this kernel at once on one device.
+// Exercised by tests/cuda_ops/test_cuda_vs_cpu.c (linear_sk, mlp); timed by nibble bench-linear.
+#include <cuda_bf16.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/linear.h"
+
+#define SK_WARPS 2                 // warps per block
+#define SK_UB 4                    // 32-K steps per batch (2 KB of weights per warp)
+#define SK_STAGES 4                // batches in a warp's ring: 3 in flight while one is used
+#define SK_MAX_TILES (1 << 16)     // per-tile counters
+#define SK_PART_SLOT 1             // the mma kernel's partials slot (linear_mma.cu says why slot 1)
+#define SK_PART_BYTES (32u << 20)  // the same size, so the slot is allocated once for both
+#define SK_MIN_STEPS 12            // shorter ranges spend more on their partials than they stream
+#define SK_SMEM ((size_t)SK_WARPS * SK_STAGES * SK_UB * 4 * 32 * 16) // 64 KB per block
+
+__device__ unsigned int g_sk_count[SK_MAX_TILES];
+
+static int g_force_sk;     // 0 auto, 1 never, 2 every T it supports
+static int g_force_warps;  // total warps of the grid (tests); 0 automatic
+static int g_force_fused = -1;
+
+extern "C" void nb_cuda_linear_force_sk(int mode) { g_force_sk = mode == 1 || mode == 2 ? mode : 0; }
+extern "C" void nb_cuda_linear_force_sk_warps(int warps) { g_force_warps = warps > 0 ? warps : 0; }
+extern "C" void nb_cuda_mlp_force_fused(int on) { g_force_fused = on < 0 ? -1 : !!on; }
+
+static int env_int(const char *name, int dflt)
+{
+    const char *e = getenv(name);
+    return e && *e ? atoi(e) : dflt;
+}
+
+static int sk_mode(void)
+{
+    static int env = -1; // NIBBLE_CUDA_LINEAR_SK=0 never (the ladder before it), 1 auto, 2 always
+    if (env < 0) {
+        const int v = env_int("NIBBLE_CUDA_LINEAR_SK", 1);
+        env = v == 0 ? 1 : v == 2 ? 2 : 0;
+    }
+    return g_force_sk ? g_force_sk : env;
+}
+
+extern "C" int nb_cuda_mlp_fused_on(void)
+{
+    static int env = -1;
+    if (env < 0) env = env_int("NIBBLE_CUDA_MLP_FUSED", 1) != 0;
+    return sk_mode() != 1 && (g_force_fused >= 0 ? g_force_fused : env);
+}
+
+struct sk_args {
+    const uint16_t *wa, *wb; // m-tile 0 rows from wa, m-tile 1 rows from wb
+    int64_t lda, ldb;        // row strides in BF16 elements
+    int64_t n, S, units;     // output rows, 32-K steps per row, tiles * S
+    int off1, tile_rows;     // m-tile 1's first row in a tile (16; 0 for the pair), rows per tile
+    int64_t nwarps;          // warps that own a range
+    const float *x;
+    int64_t ldx;
+    int T;
+    float *y;
+    int64_t ldy;
+    int accumulate;
+    const float *bias_a, *bias_b;
+    float *part; // NULL: every range is whole tiles
+};
+
+__device__ __forceinline__ uint4 sk_ld_stream(const void *p)
+{
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ void sk_mma(float *c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                       uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Two floats as packed BF16 (first in the low half); each keeps what rounding left.
+__device__ __forceinline__ uint32_t sk_split(float &x0, float &x1)
+{
+    __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+    x0 -= __low2float(h);
+    x1 -= __high2float(h);
+    return *reinterpret_cast<uint32_t *>(&h);
+}
+
+// First unit of warp j's range, and the warp whose range holds unit u.
+__host__ __device__ __forceinline__ int64_t sk_start(int64_t units, int64_t warps, int64_t j)
+{
+    return units * j / warps;
+}
+__device__ __forceinline__ int64_t sk_owner(int64_t units, int64_t warps, int64_t u)
+{
+    return ((u + 1) * warps + units - 1) / units - 1;
+}
+
+// Partial sums of warp j's slot (0: its first tile, 1: its last), lane-major.
+template <int NT> __device__ __forceinline__ float *sk_part(const sk_args &a, int64_t j, int slot, int lane)
+{
+    return a.part + ((j * 2 + slot) * (2 * NT * 4)) * 32 + lane;
+}
+
+__device__ __forceinline__ void sk_cp16(void *smem, const void *src, bool valid)
+{
+    // src-size 0 fills the 16 bytes with zeros (rows past the matrix).
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"((unsigned)__cvta_generic_to_shared(smem)),
+                 "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void sk_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N> __device__ __forceinline__ void sk_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+
+// Steps of the batch that starts at unit u: up to SK_UB, never past its tile or the range.
+__device__ __forceinline__ int sk_batch(const sk_args &a, int64_t u, int64_t ue, int64_t &tile, int64_t &s)
+{
+    tile = u / a.S;
+    s = u - tile * a.S;
+    int64_t c = a.S - s < ue - u ? a.S - s : ue - u;
+    return c < SK_UB ? (int)c : SK_UB;
+}
+
+// One tile segment's sums (acc) are complete: write them, or, when other warps share the tile,
+// leave them in scratch and let the last of the tile's warps add all contributions in warp
+// order and write the result.
+template <int NT, bool PAIR>
+__device__ __forceinline__ void sk_finish(const sk_args &a, float (&acc)[2][NT][4], int64_t j, int64_t tile,
+                                          int64_t first_tile, bool whole, int lane)
+{
+    if (!whole) {
+        const int slot = tile == first_tile ? 0 : 1;
+        float *pp = sk_part<NT>(a, j, slot, lane);
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int jt = 0; jt < NT; jt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) __stcg(pp + ((mt * NT + jt) * 4 + e) * 32, acc[mt][jt][e]);
+        __threadfence();
+        __syncwarp();
+        const int64_t jf = sk_owner(a.units, a.nwarps, tile * a.S);
+        const int64_t jl = sk_owner(a.units, a.nwarps, tile * a.S + a.S - 1);
+        unsigned old = 0;
+        if (lane == 0) old = atomicAdd(&g_sk_count[tile], 1u);
+        old = __shfl_sync(0xffffffffu, old, 0);
+        if ((int64_t)old != jl - jf) return;
+        __threadfence();
+        float tot[2][NT][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int jt = 0; jt < NT; jt++) tot[mt][jt][0] = tot[mt][jt][1] = tot[mt][jt][2] = tot[mt][jt][3] = 0.0f;
+        for (int64_t jj = jf; jj <= jl; jj++) {
+            const int sl = tile == sk_start(a.units, a.nwarps, jj) / a.S ? 0 : 1;
+            const float *qp = sk_part<NT>(a, jj, sl, lane);
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int jt = 0; jt < NT; jt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        tot[mt][jt][e] += jj == j ? acc[mt][jt][e] : __ldcg(qp + ((mt * NT + jt) * 4 + e) * 32);
+        }
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int jt = 0; jt < NT; jt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[mt][jt][e] = tot[mt][jt][e];
+        if (lane == 0) g_sk_count[tile] = 0;
+    }
+    const int g = lane >> 2, q = lane & 3;
+    const int64_t base = tile * a.tile_rows;
+#pragma unroll
+    for (int jt = 0; jt < NT; jt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int t = 8 * jt + 2 * q + (e & 1);
+            if (t >= a.T) continue;
+            float *yr = a.y + (int64_t)t * a.ldy;
+            if (PAIR) {
+                const int64_t row = base + g + 8 * (e >> 1);
+                if (row >= a.n) continue;
+                const float gv = acc[0][jt][e] + (a.bias_a ? a.bias_a[row] : 0.0f);
+                const float uv = acc[1][jt][e] + (a.bias_b ? a.bias_b[row] : 0.0f);
+                yr[row] = gv / (1.0f + expf(-gv)) * uv;
+            } else {
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    const int64_t row = base + 16 * mt + g + 8 * (e >> 1);
+                    if (row >= a.n) continue;
+                    const float v = acc[mt][jt][e];
+                    yr[row] = (a.accumulate ? yr[row] + v : v) + (a.bias_a ? a.bias_a[row] : 0.0f);
+                }
+            }
+        }
+}
+
+// NT: n8 token tiles (T <= 8 NT); TERMS: BF16 activation terms; PAIR: m-tile 0 is gate, 1 up,
+// and the output is SiLU(gate) * up (accumulate ignored). Lane (g, q) of a step holds rows g
+// and g + 8 of each m-tile at k = 8q..8q+7 (A and B agree on this K order, which is all the
+// mma needs); c0/c1 are row g, tokens 2q, 2q+1 of the n8 tile, c2/c3 row g + 8.
+// Weights stream through a per-warp ring of SK_STAGES batches in shared memory (cp.async,
+// SK_STAGES - 1 batches in flight while one is multiplied); each lane copies and later reads
+// only its own 16-byte pieces, so the warp needs no barrier. Activations come from L1/L2.
+template <int NT, int TERMS, bool PAIR>
+__global__ void __launch_bounds__(SK_WARPS * 32) k_linear_sk(sk_args a)
+{
+    extern __shared__ uint4 sk_ring[];
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3, wi = threadIdx.x >> 5;
+    const int64_t j = (int64_t)blockIdx.x * SK_WARPS + wi;
+    if (j >= a.nwarps) return;
+    uint4 *ring = sk_ring + (int64_t)wi * SK_STAGES * SK_UB * 4 * 32 + lane; // [stage][step][mt*2+h][lane]
+    const int64_t ub = sk_start(a.units, a.nwarps, j), ue = sk_start(a.units, a.nwarps, j + 1);
+    const int64_t first_tile = ub / a.S;
+
+    int64_t pu = ub; // next unit to fetch
+    auto fetch = [&](int stage) {
+        if (pu < ue) {
+            int64_t tile, s;
+            const int cnt = sk_batch(a, pu, ue, tile, s);
+            const int64_t base = tile * a.tile_rows;
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int mt = r >> 1, h = r & 1;
+                const int64_t row = base + (mt ? a.off1 : 0) + g + 8 * h;
+                const bool ok = row < a.n;
+                const uint16_t *wp = (mt ? a.wb : a.wa) + (ok ? row : 0) * (mt ? a.ldb : a.lda) + 8 * q + s * 32;
+#pragma unroll
+                for (int i = 0; i < SK_UB; i++)
+                    if (i < cnt) sk_cp16(ring + ((stage * SK_UB + i) * 4 + r) * 32, wp + i * 32, ok);
+            }
+            pu += cnt;
+        }
+        sk_commit(); // one group per call, empty or not: the wait below counts groups
+    };
+#pragma unroll
+    for (int st = 0; st < SK_STAGES - 1; st++) fetch(st);
+
+    float acc[2][NT][4];
+    int stage = 0;
+    for (int64_t cu = ub; cu < ue;) {
+        __syncwarp(); // every lane's reads of the stage refilled next are behind it
+        fetch(stage == 0 ? SK_STAGES - 1 : stage - 1);
+        sk_wait<SK_STAGES - 1>();
+        int64_t tile, s;
+        const int cnt = sk_batch(a, cu, ue, tile, s);
+        if (s == 0 || cu == ub) {
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int jt = 0; jt < NT; jt++) acc[mt][jt][0] = acc[mt][jt][1] = acc[mt][jt][2] = acc[mt][jt][3] = 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < SK_UB; i++) {
+            if (i >= cnt) break;
+            const int64_t k0 = (s + i) * 32 + 8 * q;
+            uint4 w[4];
+#pragma unroll
+            for (int r = 0; r < 4; r++) w[r] = ring[((stage * SK_UB + i) * 4 + r) * 32];
+#pragma unroll
+            for (int jt = 0; jt < NT; jt++) {
+                const int t = 8 * jt + g;
+                float v[8];
+                if (t < a.T) {
+                    const float4 *src = (const float4 *)(a.x + (int64_t)t * a.ldx + k0);
+                    const float4 p0 = __ldg(src), p1 = __ldg(src + 1);
+                    v[0] = p0.x, v[1] = p0.y, v[2] = p0.z, v[3] = p0.w;
+                    v[4] = p1.x, v[5] = p1.y, v[6] = p1.z, v[7] = p1.w;
+                } else {
+#pragma unroll
+                    for (int e = 0; e < 8; e++) v[e] = 0.0f;
+                }
+#pragma unroll
+                for (int term = 0; term < TERMS; term++) {
+                    const uint32_t b0 = sk_split(v[0], v[1]), b1 = sk_split(v[2], v[3]);
+                    const uint32_t b2 = sk_split(v[4], v[5]), b3 = sk_split(v[6], v[7]);
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++) {
+                        const uint4 r0 = w[2 * mt], r1 = w[2 * mt + 1];
+                        sk_mma(acc[mt][jt], r0.x, r1.x, r0.y, r1.y, b0, b1);
+                        sk_mma(acc[mt][jt], r0.z, r1.z, r0.w, r1.w, b2, b3);
+                    }
+                }
+            }
+        }
+        cu += cnt;
+        stage = stage + 1 == SK_STAGES ? 0 : stage + 1;
+        const int64_t send = cu - tile * a.S;
+        if (send == a.S || cu == ue) {
+            // Whole: it ends at the tile's end and began at its step 0 (any tile after the
+            // range's first, or the first when the range begins on a tile boundary).
+            const bool whole = send == a.S && (tile != first_tile || ub == first_tile * a.S);
+            sk_finish<NT, PAIR>(a, acc, j, tile, first_tile, whole, lane);
+        }
+    }
+    sk_wait<0>();
+}
+
+extern "C" int nb_cuda_linear_sk_can(const nb_weight *w, const float *x, int64_t ldx, int64_t T)
+{
+    if (T < 1 || T > NB_CUDA_LINEAR_SK_MAX_TOKENS) return 0;
+    if (w->fmt != NB_WFMT_BF16 || w->k % 32 || w->k < 32 || ((uintptr_t)w->data & 15)) return 0;
+    if (w->row_stride && w->row_stride % 16) return 0;
+    if ((w->n + 15) / 16 > SK_MAX_TILES) return 0;
+    if (x && (ldx % 4 || ((uintptr_t)x & 15))) return 0;
+    return 1;
+}
+
+extern "C" int nb_cuda_linear_sk_should(const nb_weight *w, const float *x, int64_t ldx, int64_t T)
+{
+    const int mode = sk_mode();
+    if (mode == 1 || !nb_cuda_linear_sk_can(w, x, ldx, T)) return 0;
+    if (mode == 2 || T >= 3) return 1;
+    // 1-2 tokens: the float32 GEMV already streams large matrices near copy speed; this
+    // kernel wins where the GEMV has too few rows to fill the GPU (bench/RESULTS.md).
+    static int64_t small = -1;
+    if (small < 0) small = (int64_t)env_int("NIBBLE_CUDA_LINEAR_SK_SMALL_MB", NB_CUDA_LINEAR_SK_SMALL_MB) << 20;
+    return w->n * w->k * 2 <= small;
+}
+
+// Resident warps per SM of one instance (cached), for the grid size.
+template <int NT, int TERMS, bool PAIR> static int sk_resident_warps(void)
+{
+    static int cached;
+    if (!cached) {
+        int blocks = 0;
+        cudaFuncSetAttribute(k_linear_sk<NT, TERMS, PAIR>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SK_SMEM);
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k_linear_sk<NT, TERMS, PAIR>, SK_WARPS * 32,
+                                                          SK_SMEM) !=
+                cudaSuccess ||
+            blocks < 1) {
+            cudaGetLastError();
+            blocks = 4;
+        }
+        cached = blocks * SK_WARPS;
+    }
+    return cached;
+}
+
+static int sk_terms_for(int64_t T)
+{
+    if (T <= 2) return 3;
+    const int e = env_int("NIBBLE_CUDA_LINEAR_MMA_TERMS", 0);
+    return e == 3 ? 3 : 2;
+}
+
+static int sk_warps_per_sm(int nt, int terms, int pair)
+{
+    const int e = env_int("NIBBLE_CUDA_SK_WARPS", 0); // A/B runs: resident warps per SM to use
+    if (e > 0) return e;
+    if (nt == 1) {
+        if (terms == 3) return pair ? sk_resident_warps<1, 3, true>() : sk_resident_warps<1, 3, false>();
+        return pair ? sk_resident_warps<1, 2, true>() : sk_resident_warps<1, 2, false>();
+    }
+    if (terms == 3) return pair ? sk_resident_warps<2, 3, true>() : sk_resident_warps<2, 3, false>();
+    return pair ? sk_resident_warps<2, 2, true>() : sk_resident_warps<2, 2, false>();
+}
+
+static nb_cuda_sk_plan sk_plan(int64_t n, int64_t k, int64_t T, int pair, int sm_count)
+{
+    nb_cuda_sk_plan p;
+    p.token_tiles = T <= 8 ? 1 : 2;
+    p.terms = sk_terms_for(T);
+    p.tile_rows = pair ? 16 : 32;
+    p.tiles = (n + p.tile_rows - 1) / p.tile_rows;
+    const int64_t S = k / 32, units = p.tiles * S;
+    static int min_steps = -1;
+    if (min_steps < 0) {
+        min_steps = env_int("NIBBLE_CUDA_SK_MIN_STEPS", SK_MIN_STEPS);
+        if (min_steps < 1) min_steps = 1;
+    }
+    int64_t want = (int64_t)(sm_count > 0 ? sm_count : 132) * sk_warps_per_sm(p.token_tiles, p.terms, pair);
+    if (g_force_warps) want = g_force_warps;
+    const int64_t by_len = units / min_steps;
+    if (!g_force_warps && want > by_len) want = by_len;
+    const int64_t part_cap = SK_PART_BYTES / ((int64_t)2 * 2 * p.token_tiles * 4 * 32 * 4);
+    if (want > part_cap) want = part_cap;
+    if (want > units) want = units;
+    if (want < 1) want = 1;
+    p.warps = want;
+    p.steps_per_warp = (units + want - 1) / want;
+    return p;
+}
+
+extern "C" nb_cuda_sk_plan nb_cuda_sk_plan_for(const nb_weight *w, int64_t T, int pair, int sm_count)
+{
+    return sk_plan(w->n, w->k, T, pair, sm_count);
+}
+
+template <int NT, int TERMS, bool PAIR>
+static void sk_launch_3(const sk_args *a, cudaStream_t s)
+{
+    const unsigned blocks = (unsigned)((a->nwarps + SK_WARPS - 1) / SK_WARPS);
+    sk_resident_warps<NT, TERMS, PAIR>(); // sets the shared-memory opt-in once
+    k_linear_sk<NT, TERMS, PAIR><<<blocks, SK_WARPS * 32, SK_SMEM, s>>>(*a);
+}
+
+template <bool PAIR> static void sk_launch(const sk_args *a, int nt, int terms, cudaStream_t s)
+{
+    if (nt == 1) {
+        if (terms == 3) sk_launch_3<1, 3, PAIR>(a, s);
+        else sk_launch_3<1, 2, PAIR>(a, s);
+    } else {
+        if (terms == 3) sk_launch_3<2, 3, PAIR>(a, s);
+        else sk_launch_3<2, 2, PAIR>(a, s);
+    }
+}
+
+static int64_t sk_ldw(const nb_weight *w) { return w->row_stride ? w->row_stride / 2 : w->k; }
+
+// Shared by both entry points: plan, partials, launch. wb == NULL: a plain linear.
+static nb_status sk_run(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T, const nb_weight *wa,
+                        const nb_weight *wb, float *y, int64_t ldy, int accumulate)
+{
+    const int pair = wb != NULL;
+    nb_cuda_sk_plan p = sk_plan(wa->n, wa->k, T, pair, nb_cuda_st(ctx)->sm_count);
+    sk_args a;
+    memset(&a, 0, sizeof a);
+    a.wa = (const uint16_t *)wa->data;
+    a.wb = (const uint16_t *)(pair ? wb->data : wa->data);
+    a.lda = sk_ldw(wa);
+    a.ldb = pair ? sk_ldw(wb) : a.lda;
+    a.n = wa->n;
+    a.S = wa->k / 32;
+    a.units = p.tiles * a.S;
+    a.off1 = pair ? 0 : 16;
+    a.tile_rows = p.tile_rows;
+    a.x = x, a.ldx = ldx, a.T = (int)T;
+    a.y = y, a.ldy = ldy, a.accumulate = accumulate;
+    a.bias_a = wa->bias;
+    a.bias_b = pair ? wb->bias : NULL;
+    a.nwarps = p.warps;
+    if (a.units % p.warps || (a.units / p.warps) % a.S) {
+        // Ranges that split tiles need the partials; when the slot cannot be had (its first
+        // request inside a graph capture), fall back to one warp per tile.
+        a.part = (float *)nb_cuda_scratch(ctx, SK_PART_SLOT, SK_PART_BYTES);
+        if (!a.part) {
+            nb_error_clear();
+            a.nwarps = p.tiles;
+        }
+    }
+    NB_LOG_DEBUG("cuda", "linear sk: T=%lld [%lld, %lld]%s, %d terms, %lld warps, ~%lld steps each", (long long)T,
+                 (long long)wa->n, (long long)wa->k, pair ? " gate+up" : "", p.terms, (long long)a.nwarps,
+                 (long long)p.steps_per_warp);
+    cudaStream_t s = nb_cuda_stream(ctx);
+    if (pair) sk_launch<true>(&a, p.token_tiles, p.terms, s);
+    else sk_launch<false>(&a, p.token_tiles, p.terms, s);
+    NB_CUDA_LAUNCHED(pair ? "mlp (gate+up sk)" : "linear (sk)");
+    return NB_OK;
+}
+
+extern "C" nb_status nb_cuda_linear_sk(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T, const nb_weight *w,
+                                       float *y, int64_t ldy, int accumulate)
+{
+    return sk_run(ctx, x, ldx, T, w, NULL, y, ldy, accumulate);
+}
+
+extern "C" int nb_cuda_gate_up_sk_can(const nb_weight *gate, const nb_weight *up, const float *x, int64_t ldx,
+                                      int64_t T)
+{
+    if (!nb_cuda_mlp_fused_on()) return 0;
+    if (up->n != gate->n || up->k != gate->k) return 0;
+    if (!nb_cuda_linear_sk_can(gate, x, ldx, T) || !nb_cuda_linear_sk_can(up, x, ldx, T)) return 0;
+    if (sk_mode() == 2 || T >= 3) return 1;
+    nb_weight both = *gate;
+    both.n = gate->n * 2; // the size rule of nb_cuda_linear_sk_should on the pair's bytes
+    return nb_cuda_linear_sk_should(&both, x, ldx, T);
+}
+
+extern "C" nb_status nb_cuda_gate_up_sk(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T,
+                                        const nb_weight *gate, const nb_weight *up, float *h, int64_t ldh)
+{
+    return sk_run(ctx, x, ldx, T, gate, up, h, ldh, 0);
+}
