@@ -481,6 +481,7 @@ static void linear_sk_repeat(int T, int n, int k)
 static void test_linear_sk(void)
 {
     tu_seed(16);
+    nb_cuda_linear_force_sk(3); /* the sk ladder: plain linears take it only on request */
     const int ns[] = {256, 2784, 4096};
     for (int T = 1; T <= NB_CUDA_LINEAR_SK_MAX_TOKENS + 1; T++)
         linear_sk_case(T, ns[T % 3], 1024 + 32 * 5, T % 2, 4, T <= NB_CUDA_LINEAR_SK_MAX_TOKENS);
@@ -505,12 +506,13 @@ static void test_linear_sk(void)
     nb_cuda_linear_force_sk(2);
     linear_sk_case(1, 16384, 4096, 1, 4, 1);
     linear_sk_case(2, 16384, 4096, 0, 4, 1);
-    nb_cuda_linear_force_sk(0);
+    nb_cuda_linear_force_sk(3);
     linear_sk_case(10, 64, 1000, 1, 4, 0); /* K % 32 */
     linear_sk_case(10, 64, 1024, 1, 1, 0); /* misaligned activations */
     nb_cuda_linear_force_sk(1);            /* off: the ladder before it */
     linear_sk_case(10, 256, 1024, 0, 4, 0);
-    nb_cuda_linear_force_sk(0);
+    nb_cuda_linear_force_sk(0);            /* the default policy: no plain linear */
+    linear_sk_case(10, 2784, 6144, 0, 4, 0);
 }
 
 /* The fused gate+up launch of the MLP (SiLU(gate) * up in the epilogue, then down on the
@@ -528,9 +530,33 @@ static void mlp_fused_case(int T, int H, int I, int want_fused)
     mlp_case(NB_WFMT_BF16, T, H, I, T <= NB_CUDA_LINEAR_GEMV_MAX_TOKENS ? NB_TOL_F32 : NB_TOL_BF16);
 }
 
+/* The default policy's choice for a BF16 pair of I x H (the route depends on the format,
+ * shape and alignment only: the weights' bytes are not made, the data a 16-byte aligned
+ * device block that is never read). */
+static int mlp_fused_default(int T, int H, int I)
+{
+    void *p = nb_ops_alloc(tu_gpu, 256);
+    nb_weight w;
+    memset(&w, 0, sizeof w);
+    w.fmt = NB_WFMT_BF16;
+    w.n = I, w.k = H;
+    w.data = p;
+    w.global_scale = 1.0f;
+    w.device = NB_DEVICE_CUDA;
+    const int fused = nb_cuda_gate_up_sk_can(&w, &w, NULL, H, T);
+    nb_ops_free(tu_gpu, p);
+    return fused;
+}
+
 static void test_mlp_fused(void)
 {
     tu_seed(17);
+    /* Default policy: GLM-5's dense pair (2 x [12288 x 6144], 302 MB) at 3..16 tokens only;
+     * the shared expert's (50 MB) never. */
+    NB_CHECK(mlp_fused_default(10, 6144, 12288) && mlp_fused_default(3, 6144, 12288));
+    NB_CHECK(!mlp_fused_default(2, 6144, 12288) && !mlp_fused_default(17, 6144, 12288));
+    NB_CHECK(!mlp_fused_default(10, 6144, 2048));
+    nb_cuda_linear_force_sk(3); /* the sk ladder: every pair, so the small shapes below run fused */
     for (int T = 1; T <= NB_CUDA_LINEAR_SK_MAX_TOKENS + 1; T++)
         mlp_fused_case(T, 1024 + 32 * 3, T % 2 ? 200 : 384, T <= NB_CUDA_LINEAR_SK_MAX_TOKENS);
     mlp_fused_case(10, 6144, 2048, 1); /* GLM-5's shared expert */
@@ -541,6 +567,7 @@ static void test_mlp_fused(void)
     nb_cuda_mlp_force_fused(0);
     mlp_fused_case(10, 1024 + 32 * 3, 200, 0);
     nb_cuda_mlp_force_fused(-1);
+    nb_cuda_linear_force_sk(0);
 }
 
 static void test_linear_lt(void)

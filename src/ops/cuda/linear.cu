@@ -1,7 +1,7 @@
 // CUDA dense linear layers and the SwiGLU MLP over weights in any nb_weight format.
 // Four paths (nb_cuda_linear_path_name); ops/cuda/linear.h has the ladder and the knobs:
-//   sk:   BF16 weights at 3..16 tokens, and small ones at 1-2: the stream-K skinny GEMM of
-//         linear_sk.cu (also the MLP's fused gate+up launch).
+//   sk:   the stream-K skinny GEMM of linear_sk.cu: the MLP's fused gate+up launch by default,
+//         plain BF16 linears only on request (NIBBLE_CUDA_LINEAR_SK=1|2).
 //   mma:  BF16 weights at 3..64 tokens: the tensor-core skinny GEMM of linear_mma.cu.
 //   gemv: up to 16 tokens, float32 products (the CPU op's arithmetic). BF16 and NVFP4 rows
 //         run the vector kernel of linear_gemv.cu (16-byte loads, rows per warp by T,

@@ -3,13 +3,15 @@
  * splits activations into. C-only; the op itself is nb_op_linear (ops.h).
  *
  * Paths, read top to bottom (nb_cuda_linear_path_name names the one a call takes):
- *   BF16 weights (16-byte aligned rows, K a multiple of 32) at 3 <= T <= 16, and at 1-2 tokens
- *     when the weight is at most NB_CUDA_LINEAR_SK_SMALL_MB: the stream-K skinny GEMM
- *     (linear_sk.cu): every warp of one full wave streams an equal share of (row tile, 32-K
- *     step) units, partial tiles summed by the last warp to arrive; activations as two BF16
- *     terms (three, exact float32, at 1-2 tokens). The MLP's gate and up run as one such
- *     launch with SiLU(gate) * up in its epilogue. NIBBLE_CUDA_LINEAR_SK=0 restores the
- *     ladder below (the "before" of bench/RESULTS.md), 2 takes it for every T it supports.
+ *   The MLP's gate and up at 3 <= T <= 16 when both are BF16 and together at least
+ *     NB_CUDA_MLP_FUSED_MIN_MB: one launch of the stream-K skinny GEMM (linear_sk.cu) with
+ *     SiLU(gate) * up in its epilogue (every warp of one full wave streams an equal share of
+ *     (tile, 32-K step) units; partial tiles summed in warp order by the last warp to arrive;
+ *     two BF16 activation terms), then down on the ladder below. Plain linears do not take
+ *     that kernel by default (measured slower than the paths below: bench/RESULTS.md);
+ *     NIBBLE_CUDA_LINEAR_SK=1 routes them to it (3..16 tokens, and 1-2 tokens with three terms
+ *     for weights up to NB_CUDA_LINEAR_SK_SMALL_MB), 2 everywhere it runs, 0 never (not even
+ *     the MLP pair: the ladder before it).
  *   BF16 weights (16-byte aligned rows, K a multiple of 32) at 3 <= T <= 16 (<= 64 when the
  *     weight has at most 1024 rows): the tensor-core skinny GEMM (linear_mma.cu):
  *     weights as mma.sync A operands straight from global memory, activations as two BF16
@@ -95,7 +97,8 @@ const char *nb_cuda_linear_path_name(const nb_weight *w, const float *x, int64_t
 
 /* The stream-K skinny GEMM (linear_sk.cu), 1..SK_MAX_TOKENS tokens. */
 #define NB_CUDA_LINEAR_SK_MAX_TOKENS 16
-#define NB_CUDA_LINEAR_SK_SMALL_MB 96 /* at 1-2 tokens, weights up to this size (MiB) */
+#define NB_CUDA_LINEAR_SK_SMALL_MB 96 /* the sk ladder at 1-2 tokens: weights up to this size (MiB) */
+#define NB_CUDA_MLP_FUSED_MIN_MB 128  /* default policy: fused gate+up for pairs of at least this size */
 
 /* The launch of one call: token_tiles n8 tiles, terms BF16 activation terms, tile_rows rows
  * per tile (32; 16 of gate and of up for the pair), tiles of them, warps in the grid, each
@@ -110,13 +113,15 @@ nb_cuda_sk_plan nb_cuda_sk_plan_for(const nb_weight *w, int64_t T, int pair, int
  * takes it (x may be NULL: not checked). */
 int nb_cuda_linear_sk_can(const nb_weight *w, const float *x, int64_t ldx, int64_t T);
 int nb_cuda_linear_sk_should(const nb_weight *w, const float *x, int64_t ldx, int64_t T);
-/* mode: 0 automatic, 1 never (the ladder before it), 2 every T it supports. warps: the grid's
+/* mode: 0 the environment's choice (NIBBLE_CUDA_LINEAR_SK, default policy above), 1 never
+ * (the ladder before it), 2 every call it supports, 3 the sk ladder (as =1). warps: the grid's
  * warp count (tests: ranges that split tiles in every way), 0 automatic. */
 void nb_cuda_linear_force_sk(int mode);
 void nb_cuda_linear_force_sk_warps(int warps);
 /* The MLP's fused gate+up launch: -1 automatic (on unless NIBBLE_CUDA_MLP_FUSED=0), 0 off
- * (gate and up as two linears and a SiLU pass), 1 on. Fused runs where the linear ladder
- * would take the stream-K kernel for a weight of both matrices' size. */
+ * (gate and up as two linears and a SiLU pass), 1 on. Where it runs: default policy, pairs of
+ * >= NB_CUDA_MLP_FUSED_MIN_MB at 3..16 tokens; sk ladder, where it would take a weight of
+ * both matrices' size; never with mode 1. */
 void nb_cuda_mlp_force_fused(int on);
 int nb_cuda_mlp_fused_on(void);
 int nb_cuda_gate_up_sk_can(const nb_weight *gate, const nb_weight *up, const float *x, int64_t ldx, int64_t T);

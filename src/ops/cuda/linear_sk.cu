@@ -21,7 +21,14 @@
 //     results do not depend on scheduling), applies the epilogue and resets the counter. No
 //     second launch. The counters are one device array, zero at load and left zero by every
 //     call; two streams must not run this kernel at once on one device.
-// Exercised by tests/cuda_ops/test_cuda_vs_cpu.c (linear_sk, mlp); timed by nibble bench-linear.
+// Where it stands (H200, bench/RESULTS.md): as one launch for the MLP's gate and up with the
+// epilogue above it beats two linears + a SiLU pass on GLM-5's dense MLP (the default route,
+// linear.h); as a plain linear it streams at 30-76% of copy and lost to the vector GEMV and the
+// mma kernel on every GLM-5 shape but a few ties, so plain linears take it only on request
+// (NIBBLE_CUDA_LINEAR_SK=1|2). Its latency is the weak point: each warp waits for a batch of
+// loads, then multiplies it with nothing in flight; a cp.async ring (3 batches in flight, 6
+// warps per SM) was tried and measured slower still (bench/RESULTS.md).
+// Exercised by tests/cuda_ops/test_cuda_vs_cpu.c (linear_sk, mlp_fused); timed by nibble bench-linear.
 #include <cuda_bf16.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,22 +37,20 @@
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/linear.h"
 
-#define SK_WARPS 2                 // warps per block
-#define SK_UB 4                    // 32-K steps per batch (2 KB of weights per warp)
-#define SK_STAGES 4                // batches in a warp's ring: 3 in flight while one is used
+#define SK_WARPS 4                 // warps per block
+#define SK_UB 4                    // 32-K steps loaded before the first is used
 #define SK_MAX_TILES (1 << 16)     // per-tile counters
 #define SK_PART_SLOT 1             // the mma kernel's partials slot (linear_mma.cu says why slot 1)
 #define SK_PART_BYTES (32u << 20)  // the same size, so the slot is allocated once for both
-#define SK_MIN_STEPS 12            // shorter ranges spend more on their partials than they stream
-#define SK_SMEM ((size_t)SK_WARPS * SK_STAGES * SK_UB * 4 * 32 * 16) // 64 KB per block
+#define SK_MIN_STEPS 16            // a range shorter than this spends more on its partials than it streams
 
 __device__ unsigned int g_sk_count[SK_MAX_TILES];
 
-static int g_force_sk;     // 0 auto, 1 never, 2 every T it supports
+static int g_force_sk;     // 0 the environment's choice, 1 never, 2 every T it supports, 3 the sk ladder
 static int g_force_warps;  // total warps of the grid (tests); 0 automatic
 static int g_force_fused = -1;
 
-extern "C" void nb_cuda_linear_force_sk(int mode) { g_force_sk = mode == 1 || mode == 2 ? mode : 0; }
+extern "C" void nb_cuda_linear_force_sk(int mode) { g_force_sk = mode >= 1 && mode <= 3 ? mode : 0; }
 extern "C" void nb_cuda_linear_force_sk_warps(int warps) { g_force_warps = warps > 0 ? warps : 0; }
 extern "C" void nb_cuda_mlp_force_fused(int on) { g_force_fused = on < 0 ? -1 : !!on; }
 
@@ -55,12 +60,14 @@ static int env_int(const char *name, int dflt)
     return e && *e ? atoi(e) : dflt;
 }
 
+// 0: the default policy (linear.h: only the MLP's large gate+up pairs); 1 never; 2 always;
+// 3 the sk ladder (every linear at 3..16 tokens, small ones at 1-2, every MLP pair).
 static int sk_mode(void)
 {
-    static int env = -1; // NIBBLE_CUDA_LINEAR_SK=0 never (the ladder before it), 1 auto, 2 always
+    static int env = -1; // NIBBLE_CUDA_LINEAR_SK: unset default, 0 never, 1 the sk ladder, 2 always
     if (env < 0) {
-        const int v = env_int("NIBBLE_CUDA_LINEAR_SK", 1);
-        env = v == 0 ? 1 : v == 2 ? 2 : 0;
+        const char *e = getenv("NIBBLE_CUDA_LINEAR_SK");
+        env = !e || !*e ? 0 : !strcmp(e, "0") ? 1 : !strcmp(e, "2") ? 2 : 3;
     }
     return g_force_sk ? g_force_sk : env;
 }
@@ -131,199 +138,154 @@ template <int NT> __device__ __forceinline__ float *sk_part(const sk_args &a, in
     return a.part + ((j * 2 + slot) * (2 * NT * 4)) * 32 + lane;
 }
 
-__device__ __forceinline__ void sk_cp16(void *smem, const void *src, bool valid)
+// NT: n8 token tiles (T <= 8 NT); TERMS: BF16 activation terms; PAIR: m-tile 0 is gate, 1 up,
+// and the output is SiLU(gate) * up (accumulate ignored). Lane (g, q) of a step holds rows g
+// and g + 8 of each m-tile at k = 8q..8q+7 (A and B agree on this K order, which is all the
+// mma needs); c0/c1 are row g, tokens 2q, 2q+1 of the n8 tile, c2/c3 row g + 8.
+template <int NT, int TERMS, bool PAIR>
+__global__ void __launch_bounds__(SK_WARPS * 32, 4) k_linear_sk(sk_args a)
 {
-    // src-size 0 fills the 16 bytes with zeros (rows past the matrix).
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"((unsigned)__cvta_generic_to_shared(smem)),
-                 "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void sk_commit() { asm volatile("cp.async.commit_group;"); }
-template <int N> __device__ __forceinline__ void sk_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
-
-// Steps of the batch that starts at unit u: up to SK_UB, never past its tile or the range.
-__device__ __forceinline__ int sk_batch(const sk_args &a, int64_t u, int64_t ue, int64_t &tile, int64_t &s)
-{
-    tile = u / a.S;
-    s = u - tile * a.S;
-    int64_t c = a.S - s < ue - u ? a.S - s : ue - u;
-    return c < SK_UB ? (int)c : SK_UB;
-}
-
-// One tile segment's sums (acc) are complete: write them, or, when other warps share the tile,
-// leave them in scratch and let the last of the tile's warps add all contributions in warp
-// order and write the result.
-template <int NT, bool PAIR>
-__device__ __forceinline__ void sk_finish(const sk_args &a, float (&acc)[2][NT][4], int64_t j, int64_t tile,
-                                          int64_t first_tile, bool whole, int lane)
-{
-    if (!whole) {
-        const int slot = tile == first_tile ? 0 : 1;
-        float *pp = sk_part<NT>(a, j, slot, lane);
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const int64_t j = (int64_t)blockIdx.x * SK_WARPS + (threadIdx.x >> 5);
+    if (j >= a.nwarps) return;
+    const int64_t ub = sk_start(a.units, a.nwarps, j), ue = sk_start(a.units, a.nwarps, j + 1);
+    const int64_t first_tile = ub / a.S;
+    for (int64_t u = ub; u < ue;) {
+        const int64_t tile = u / a.S, s0 = u - tile * a.S;
+        const int64_t s1 = a.S < s0 + (ue - u) ? a.S : s0 + (ue - u);
+        const int64_t base = tile * a.tile_rows;
+        const uint16_t *wp[2][2];
+        bool ok[2][2];
 #pragma unroll
         for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-            for (int jt = 0; jt < NT; jt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) __stcg(pp + ((mt * NT + jt) * 4 + e) * 32, acc[mt][jt][e]);
-        __threadfence();
-        __syncwarp();
-        const int64_t jf = sk_owner(a.units, a.nwarps, tile * a.S);
-        const int64_t jl = sk_owner(a.units, a.nwarps, tile * a.S + a.S - 1);
-        unsigned old = 0;
-        if (lane == 0) old = atomicAdd(&g_sk_count[tile], 1u);
-        old = __shfl_sync(0xffffffffu, old, 0);
-        if ((int64_t)old != jl - jf) return;
-        __threadfence();
-        float tot[2][NT][4];
+            for (int h = 0; h < 2; h++) {
+                const int64_t row = base + (mt ? a.off1 : 0) + g + 8 * h;
+                ok[mt][h] = row < a.n;
+                wp[mt][h] = (mt ? a.wb : a.wa) + (ok[mt][h] ? row : 0) * (mt ? a.ldb : a.lda) + 8 * q;
+            }
+        float acc[2][NT][4];
 #pragma unroll
         for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-            for (int jt = 0; jt < NT; jt++) tot[mt][jt][0] = tot[mt][jt][1] = tot[mt][jt][2] = tot[mt][jt][3] = 0.0f;
-        for (int64_t jj = jf; jj <= jl; jj++) {
-            const int sl = tile == sk_start(a.units, a.nwarps, jj) / a.S ? 0 : 1;
-            const float *qp = sk_part<NT>(a, jj, sl, lane);
+            for (int jt = 0; jt < NT; jt++) acc[mt][jt][0] = acc[mt][jt][1] = acc[mt][jt][2] = acc[mt][jt][3] = 0.0f;
+
+        for (int64_t s = s0; s < s1; s += SK_UB) {
+            uint4 w[SK_UB][2][2];
+#pragma unroll
+            for (int i = 0; i < SK_UB; i++) {
+                const bool in = s + i < s1;
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+                        w[i][mt][h] = in && ok[mt][h] ? sk_ld_stream(wp[mt][h] + (s + i) * 32) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int i = 0; i < SK_UB; i++) {
+                if (s + i >= s1) break;
+                const int64_t k0 = (s + i) * 32 + 8 * q;
+#pragma unroll
+                for (int jt = 0; jt < NT; jt++) {
+                    const int t = 8 * jt + g;
+                    float v[8];
+                    if (t < a.T) {
+                        const float4 *src = (const float4 *)(a.x + (int64_t)t * a.ldx + k0);
+                        const float4 p0 = __ldg(src), p1 = __ldg(src + 1);
+                        v[0] = p0.x, v[1] = p0.y, v[2] = p0.z, v[3] = p0.w;
+                        v[4] = p1.x, v[5] = p1.y, v[6] = p1.z, v[7] = p1.w;
+                    } else {
+#pragma unroll
+                        for (int e = 0; e < 8; e++) v[e] = 0.0f;
+                    }
+#pragma unroll
+                    for (int term = 0; term < TERMS; term++) {
+                        const uint32_t b0 = sk_split(v[0], v[1]), b1 = sk_split(v[2], v[3]);
+                        const uint32_t b2 = sk_split(v[4], v[5]), b3 = sk_split(v[6], v[7]);
+#pragma unroll
+                        for (int mt = 0; mt < 2; mt++) {
+                            const uint4 r0 = w[i][mt][0], r1 = w[i][mt][1];
+                            sk_mma(acc[mt][jt], r0.x, r1.x, r0.y, r1.y, b0, b1);
+                            sk_mma(acc[mt][jt], r0.z, r1.z, r0.w, r1.w, b2, b3);
+                        }
+                    }
+                }
+            }
+        }
+
+        const int64_t done = s1 - s0;
+        if (!(s0 == 0 && s1 == a.S)) {
+            // A partial tile (a.part != NULL here: without it every range is whole tiles).
+            const int slot = tile == first_tile ? 0 : 1;
+            float *pp = sk_part<NT>(a, j, slot, lane);
 #pragma unroll
             for (int mt = 0; mt < 2; mt++)
 #pragma unroll
                 for (int jt = 0; jt < NT; jt++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        tot[mt][jt][e] += jj == j ? acc[mt][jt][e] : __ldcg(qp + ((mt * NT + jt) * 4 + e) * 32);
-        }
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-            for (int jt = 0; jt < NT; jt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) acc[mt][jt][e] = tot[mt][jt][e];
-        if (lane == 0) g_sk_count[tile] = 0;
-    }
-    const int g = lane >> 2, q = lane & 3;
-    const int64_t base = tile * a.tile_rows;
-#pragma unroll
-    for (int jt = 0; jt < NT; jt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int t = 8 * jt + 2 * q + (e & 1);
-            if (t >= a.T) continue;
-            float *yr = a.y + (int64_t)t * a.ldy;
-            if (PAIR) {
-                const int64_t row = base + g + 8 * (e >> 1);
-                if (row >= a.n) continue;
-                const float gv = acc[0][jt][e] + (a.bias_a ? a.bias_a[row] : 0.0f);
-                const float uv = acc[1][jt][e] + (a.bias_b ? a.bias_b[row] : 0.0f);
-                yr[row] = gv / (1.0f + expf(-gv)) * uv;
-            } else {
-#pragma unroll
-                for (int mt = 0; mt < 2; mt++) {
-                    const int64_t row = base + 16 * mt + g + 8 * (e >> 1);
-                    if (row >= a.n) continue;
-                    const float v = acc[mt][jt][e];
-                    yr[row] = (a.accumulate ? yr[row] + v : v) + (a.bias_a ? a.bias_a[row] : 0.0f);
-                }
+                    for (int e = 0; e < 4; e++) __stcg(pp + ((mt * NT + jt) * 4 + e) * 32, acc[mt][jt][e]);
+            __threadfence();
+            __syncwarp();
+            const int64_t jf = sk_owner(a.units, a.nwarps, tile * a.S);
+            const int64_t jl = sk_owner(a.units, a.nwarps, tile * a.S + a.S - 1);
+            unsigned old = 0;
+            if (lane == 0) old = atomicAdd(&g_sk_count[tile], 1u);
+            old = __shfl_sync(0xffffffffu, old, 0);
+            if ((int64_t)old != jl - jf) {
+                u += done;
+                continue;
             }
-        }
-}
-
-// NT: n8 token tiles (T <= 8 NT); TERMS: BF16 activation terms; PAIR: m-tile 0 is gate, 1 up,
-// and the output is SiLU(gate) * up (accumulate ignored). Lane (g, q) of a step holds rows g
-// and g + 8 of each m-tile at k = 8q..8q+7 (A and B agree on this K order, which is all the
-// mma needs); c0/c1 are row g, tokens 2q, 2q+1 of the n8 tile, c2/c3 row g + 8.
-// Weights stream through a per-warp ring of SK_STAGES batches in shared memory (cp.async,
-// SK_STAGES - 1 batches in flight while one is multiplied); each lane copies and later reads
-// only its own 16-byte pieces, so the warp needs no barrier. Activations come from L1/L2.
-template <int NT, int TERMS, bool PAIR>
-__global__ void __launch_bounds__(SK_WARPS * 32) k_linear_sk(sk_args a)
-{
-    extern __shared__ uint4 sk_ring[];
-    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3, wi = threadIdx.x >> 5;
-    const int64_t j = (int64_t)blockIdx.x * SK_WARPS + wi;
-    if (j >= a.nwarps) return;
-    uint4 *ring = sk_ring + (int64_t)wi * SK_STAGES * SK_UB * 4 * 32 + lane; // [stage][step][mt*2+h][lane]
-    const int64_t ub = sk_start(a.units, a.nwarps, j), ue = sk_start(a.units, a.nwarps, j + 1);
-    const int64_t first_tile = ub / a.S;
-
-    int64_t pu = ub; // next unit to fetch
-    auto fetch = [&](int stage) {
-        if (pu < ue) {
-            int64_t tile, s;
-            const int cnt = sk_batch(a, pu, ue, tile, s);
-            const int64_t base = tile * a.tile_rows;
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int mt = r >> 1, h = r & 1;
-                const int64_t row = base + (mt ? a.off1 : 0) + g + 8 * h;
-                const bool ok = row < a.n;
-                const uint16_t *wp = (mt ? a.wb : a.wa) + (ok ? row : 0) * (mt ? a.ldb : a.lda) + 8 * q + s * 32;
-#pragma unroll
-                for (int i = 0; i < SK_UB; i++)
-                    if (i < cnt) sk_cp16(ring + ((stage * SK_UB + i) * 4 + r) * 32, wp + i * 32, ok);
-            }
-            pu += cnt;
-        }
-        sk_commit(); // one group per call, empty or not: the wait below counts groups
-    };
-#pragma unroll
-    for (int st = 0; st < SK_STAGES - 1; st++) fetch(st);
-
-    float acc[2][NT][4];
-    int stage = 0;
-    for (int64_t cu = ub; cu < ue;) {
-        __syncwarp(); // every lane's reads of the stage refilled next are behind it
-        fetch(stage == 0 ? SK_STAGES - 1 : stage - 1);
-        sk_wait<SK_STAGES - 1>();
-        int64_t tile, s;
-        const int cnt = sk_batch(a, cu, ue, tile, s);
-        if (s == 0 || cu == ub) {
+            __threadfence();
+            float tot[2][NT][4];
 #pragma unroll
             for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-                for (int jt = 0; jt < NT; jt++) acc[mt][jt][0] = acc[mt][jt][1] = acc[mt][jt][2] = acc[mt][jt][3] = 0.0f;
+                for (int jt = 0; jt < NT; jt++) tot[mt][jt][0] = tot[mt][jt][1] = tot[mt][jt][2] = tot[mt][jt][3] = 0.0f;
+            for (int64_t jj = jf; jj <= jl; jj++) {
+                const int sl = tile == sk_start(a.units, a.nwarps, jj) / a.S ? 0 : 1;
+                const float *qp = sk_part<NT>(a, jj, sl, lane);
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                    for (int jt = 0; jt < NT; jt++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            tot[mt][jt][e] += jj == j ? acc[mt][jt][e] : __ldcg(qp + ((mt * NT + jt) * 4 + e) * 32);
+            }
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int jt = 0; jt < NT; jt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) acc[mt][jt][e] = tot[mt][jt][e];
+            if (lane == 0) g_sk_count[tile] = 0;
         }
+
 #pragma unroll
-        for (int i = 0; i < SK_UB; i++) {
-            if (i >= cnt) break;
-            const int64_t k0 = (s + i) * 32 + 8 * q;
-            uint4 w[4];
+        for (int jt = 0; jt < NT; jt++)
 #pragma unroll
-            for (int r = 0; r < 4; r++) w[r] = ring[((stage * SK_UB + i) * 4 + r) * 32];
-#pragma unroll
-            for (int jt = 0; jt < NT; jt++) {
-                const int t = 8 * jt + g;
-                float v[8];
-                if (t < a.T) {
-                    const float4 *src = (const float4 *)(a.x + (int64_t)t * a.ldx + k0);
-                    const float4 p0 = __ldg(src), p1 = __ldg(src + 1);
-                    v[0] = p0.x, v[1] = p0.y, v[2] = p0.z, v[3] = p0.w;
-                    v[4] = p1.x, v[5] = p1.y, v[6] = p1.z, v[7] = p1.w;
+            for (int e = 0; e < 4; e++) {
+                const int t = 8 * jt + 2 * q + (e & 1);
+                if (t >= a.T) continue;
+                float *yr = a.y + (int64_t)t * a.ldy;
+                if (PAIR) {
+                    const int64_t row = base + g + 8 * (e >> 1);
+                    if (row >= a.n) continue;
+                    const float gv = acc[0][jt][e] + (a.bias_a ? a.bias_a[row] : 0.0f);
+                    const float uv = acc[1][jt][e] + (a.bias_b ? a.bias_b[row] : 0.0f);
+                    yr[row] = gv / (1.0f + expf(-gv)) * uv;
                 } else {
 #pragma unroll
-                    for (int e = 0; e < 8; e++) v[e] = 0.0f;
-                }
-#pragma unroll
-                for (int term = 0; term < TERMS; term++) {
-                    const uint32_t b0 = sk_split(v[0], v[1]), b1 = sk_split(v[2], v[3]);
-                    const uint32_t b2 = sk_split(v[4], v[5]), b3 = sk_split(v[6], v[7]);
-#pragma unroll
                     for (int mt = 0; mt < 2; mt++) {
-                        const uint4 r0 = w[2 * mt], r1 = w[2 * mt + 1];
-                        sk_mma(acc[mt][jt], r0.x, r1.x, r0.y, r1.y, b0, b1);
-                        sk_mma(acc[mt][jt], r0.z, r1.z, r0.w, r1.w, b2, b3);
+                        const int64_t row = base + 16 * mt + g + 8 * (e >> 1);
+                        if (row >= a.n) continue;
+                        const float v = acc[mt][jt][e];
+                        yr[row] = (a.accumulate ? yr[row] + v : v) + (a.bias_a ? a.bias_a[row] : 0.0f);
                     }
                 }
             }
-        }
-        cu += cnt;
-        stage = stage + 1 == SK_STAGES ? 0 : stage + 1;
-        const int64_t send = cu - tile * a.S;
-        if (send == a.S || cu == ue) {
-            // Whole: it ends at the tile's end and began at its step 0 (any tile after the
-            // range's first, or the first when the range begins on a tile boundary).
-            const bool whole = send == a.S && (tile != first_tile || ub == first_tile * a.S);
-            sk_finish<NT, PAIR>(a, acc, j, tile, first_tile, whole, lane);
-        }
+        u += done;
     }
-    sk_wait<0>();
 }
 
 extern "C" int nb_cuda_linear_sk_can(const nb_weight *w, const float *x, int64_t ldx, int64_t T)
@@ -339,10 +301,11 @@ extern "C" int nb_cuda_linear_sk_can(const nb_weight *w, const float *x, int64_t
 extern "C" int nb_cuda_linear_sk_should(const nb_weight *w, const float *x, int64_t ldx, int64_t T)
 {
     const int mode = sk_mode();
-    if (mode == 1 || !nb_cuda_linear_sk_can(w, x, ldx, T)) return 0;
+    // The default policy routes no plain linear here: the old ladder measured faster on every
+    // GLM-5 shape but a few ties (bench/RESULTS.md, 2026-11-30 ~04:10).
+    if (mode == 0 || mode == 1 || !nb_cuda_linear_sk_can(w, x, ldx, T)) return 0;
     if (mode == 2 || T >= 3) return 1;
-    // 1-2 tokens: the float32 GEMV already streams large matrices near copy speed; this
-    // kernel wins where the GEMV has too few rows to fill the GPU (bench/RESULTS.md).
+    // The sk ladder at 1-2 tokens: only weights too small for the GEMV to fill the GPU.
     static int64_t small = -1;
     if (small < 0) small = (int64_t)env_int("NIBBLE_CUDA_LINEAR_SK_SMALL_MB", NB_CUDA_LINEAR_SK_SMALL_MB) << 20;
     return w->n * w->k * 2 <= small;
@@ -354,9 +317,7 @@ template <int NT, int TERMS, bool PAIR> static int sk_resident_warps(void)
     static int cached;
     if (!cached) {
         int blocks = 0;
-        cudaFuncSetAttribute(k_linear_sk<NT, TERMS, PAIR>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SK_SMEM);
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k_linear_sk<NT, TERMS, PAIR>, SK_WARPS * 32,
-                                                          SK_SMEM) !=
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k_linear_sk<NT, TERMS, PAIR>, SK_WARPS * 32, 0) !=
                 cudaSuccess ||
             blocks < 1) {
             cudaGetLastError();
@@ -421,8 +382,7 @@ template <int NT, int TERMS, bool PAIR>
 static void sk_launch_3(const sk_args *a, cudaStream_t s)
 {
     const unsigned blocks = (unsigned)((a->nwarps + SK_WARPS - 1) / SK_WARPS);
-    sk_resident_warps<NT, TERMS, PAIR>(); // sets the shared-memory opt-in once
-    k_linear_sk<NT, TERMS, PAIR><<<blocks, SK_WARPS * 32, SK_SMEM, s>>>(*a);
+    k_linear_sk<NT, TERMS, PAIR><<<blocks, SK_WARPS * 32, 0, s>>>(*a);
 }
 
 template <bool PAIR> static void sk_launch(const sk_args *a, int nt, int terms, cudaStream_t s)
@@ -491,9 +451,13 @@ extern "C" int nb_cuda_gate_up_sk_can(const nb_weight *gate, const nb_weight *up
     if (!nb_cuda_mlp_fused_on()) return 0;
     if (up->n != gate->n || up->k != gate->k) return 0;
     if (!nb_cuda_linear_sk_can(gate, x, ldx, T) || !nb_cuda_linear_sk_can(up, x, ldx, T)) return 0;
-    if (sk_mode() == 2 || T >= 3) return 1;
+    const int mode = sk_mode();
+    if (mode == 2) return 1;
+    if (mode == 0) // measured faster on the dense layer's pair (302 MB), slower on the shared expert's (50 MB)
+        return T >= 3 && gate->n * gate->k * 4 >= ((int64_t)NB_CUDA_MLP_FUSED_MIN_MB << 20);
+    if (T >= 3) return 1;
     nb_weight both = *gate;
-    both.n = gate->n * 2; // the size rule of nb_cuda_linear_sk_should on the pair's bytes
+    both.n = gate->n * 2; // the sk ladder's size rule on the pair's bytes
     return nb_cuda_linear_sk_should(&both, x, ldx, T);
 }
 

@@ -1,8 +1,9 @@
 // Lab timing of the CUDA linear op (tools/lab/linear_bench.h).
 // Exercise: nibble bench-linear [--tokens 1,2,10,64] [--lt-tokens 512,4096] [--sweep] [--lt-host] [--lt-cold]
-// Decode rows: the automatic route, "old:" the route before the stream-K kernel (the same
-// binary with it off), "forced:" the stream-K kernel where the ladder does not take it;
-// then the MLP op (shared expert, dense layer): fused gate+up, unfused, old.
+// Decode rows: the automatic route, "old:" the route before the stream-K kernel where that
+// differs (the same binary with it off), "forced:" the stream-K kernel where the ladder does
+// not take it; then the MLP op (shared expert, dense layer): automatic, "old:", "sk:" (the sk
+// ladder, NIBBLE_CUDA_LINEAR_SK=1).
 // Weights are random bits generated on the device (BF16 drawn in [-2, 2], NVFP4 codes any,
 // E4M3 scales normal), so only time is measured here; tests/cuda_ops checks the values.
 #include <math.h>
@@ -318,15 +319,18 @@ static nb_status lb_mlp_rows(lb_env *E, const nb_bench_linear_params *p, const c
     for (int ti = 0; ti < p->n_tokens && st == NB_OK; ti++) {
         const int64_t T = p->tokens[ti];
         if (T > NB_CUDA_LINEAR_GEMV_MAX_TOKENS) continue;
-        // 0: automatic; 1: gate and up as two linears + SiLU pass on the automatic linear
-        // ladder; 2: before the stream-K kernel (NIBBLE_CUDA_LINEAR_SK=0).
+        // 0: automatic; 1: before the stream-K kernel (NIBBLE_CUDA_LINEAR_SK=0), where the
+        // automatic route differs; 2: the sk ladder (NIBBLE_CUDA_LINEAR_SK=1: fused gate+up and
+        // the down projection on the stream-K kernel too).
+        nb_cuda_linear_force_sk(0);
+        const int auto_fused = nb_cuda_gate_up_sk_can(&g[0], &u[0], E->x, H, T);
         for (int v = 0; v < 3; v++) {
-            nb_cuda_mlp_force_fused(v == 1 ? 0 : -1);
-            nb_cuda_linear_force_sk(v == 2 ? 1 : 0);
+            if (v == 1 && !auto_fused) continue; // the same route as the automatic row
+            nb_cuda_linear_force_sk(v == 1 ? 1 : v == 2 ? 3 : 0);
             const int fused = nb_cuda_gate_up_sk_can(&g[0], &u[0], E->x, H, T);
-            if (v == 1 && !nb_cuda_linear_sk_should(&g[0], E->x, H, T)) continue; // same as "old"
             char path[48];
-            snprintf(path, sizeof path, "%s%s + down %s", v == 2 ? "old: " : "", fused ? "gate_up fused" : "gate, up",
+            snprintf(path, sizeof path, "%s%s + down %s", v == 1 ? "old: " : v == 2 ? "sk: " : "",
+                     fused ? "gate_up fused" : "gate, up",
                      nb_cuda_linear_path_name(&d[0], E->x, I, T));
             int graphed = 0;
             double us = lb_time_fn(E, lb_mlp_call, &a, copies, T, &graphed);
