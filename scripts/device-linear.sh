@@ -9,7 +9,8 @@
 #   golden  tests/cuda_ops/cuda_golden_check.py (fixtures vs HF; greedy vs CPU; ~100 s)
 #   bench   nibble bench-linear $BENCH_ARGS (alone on the GPU, after the checks)
 #   offline nibble bench-offline on the 8-layer GLM-5 slice at batch 1 and 10 (graph-mode step
-#           p50 + per-op profile), NIBBLE_CUDA_LINEAR_SK=0 (before the stream-K kernel) and default
+#           p50 + per-op profile): NIBBLE_CUDA_LINEAR_SK=0 (the ladder before the stream-K kernel),
+#           the default route, and =1 (every BF16 linear at 3-16 tokens on it) with SK_LADDER=1
 #   cold    nibble bench-linear --lt-cold in two processes: NIBBLE_CUDA_GEMM_WARM=0 (before) and
 #           default (after the per-shape warm-up); first-use cost per call of eager steps
 set -uo pipefail
@@ -49,8 +50,8 @@ for s in $STEPS; do
         grep -E "^lt cold|failed|error" "$OUT/cold_warm$v.log"
       done ;;
     offline)
-      for v in 0 1; do
-        timeout ${OFFLINE_TIMEOUT:-25} env "$LIBS" NIBBLE_CUDA_LINEAR_SK=$v $BUILD/nibble bench-offline --backend cuda \
+      for v in 0 default ${SK_LADDER:+1}; do
+        timeout ${OFFLINE_TIMEOUT:-25} env "$LIBS" NIBBLE_CUDA_LINEAR_SK=${v#default} $BUILD/nibble bench-offline --backend cuda \
           --model "${MODEL:-synthetic:glm5:num_hidden_layers=8,experts=nvfp4}" --num-prompts ${LEVELS:-1,10} \
           --input-len 128 --output-len ${OUTLEN:-48} --profile-ops 4 >"$OUT/offline_sk$v.log" 2>&1 || rc=1
         grep -E "^bench-offline|Decode-only step time|Decode step time / floor|step wall|  linear|  mlp" "$OUT/offline_sk$v.log"
