@@ -17,58 +17,12 @@
 #include <string.h>
 
 #include "ops/cuda/common.cuh"
-#include "ops/cuda/mla.h"
+#include "ops/cuda/mla_dev.cuh"
 
 #define MLA_G 16       /* heads per block */
 #define MLA_P 32       /* attended rows per chunk (= lanes) */
 #define MLA_THREADS 128
 #define MLA_MAX_SPLITS 64
-
-typedef struct mla_args {
-    const float *q; /* [T, H, nope + rope]: q_pe read from here */
-    int64_t qs0, qs1;
-    const float *qlat; /* [H][two * T][r]: row t (+ row T + t when two) */
-    int two;
-    const float *lat, *kpe;
-    int64_t ls0, ps0, pool_rows;
-    nb_attn_index idx;
-    const int32_t *sel_pos, *sel_count;
-    int sel_stride;
-    float scale;
-    int T, H, r, rope, nope, Dp;
-    int vec; /* pool rows 16-byte aligned: chunk rows copied in 16-byte pieces */
-    float *part;     /* splits > 1: [T][H][S][2 + r] (m, l, unnormalized sum) */
-    float *o32;      /* F32 output [H][T][r] */
-    uint16_t *ob;    /* or BF16 hi/lo output [H][2T][r] */
-} mla_args;
-
-__device__ __forceinline__ int mla_count(const mla_args &a, int i)
-{
-    if (!a.sel_pos) return a.idx.pos[i] + 1;
-    int n = a.sel_count[i];
-    return n < 0 ? 0 : n > a.sel_stride ? a.sel_stride : n;
-}
-
-// Attended entry j of token i -> pool row, or -1 (outside the causal range or the pool).
-__device__ __forceinline__ int64_t mla_row(const mla_args &a, int i, int j, int pos)
-{
-    int p = a.sel_pos ? a.sel_pos[(int64_t)i * a.sel_stride + j] : j;
-    if (p < 0 || p > pos) return -1;
-    int64_t row = a.idx.slot_table[a.idx.slot_base[i] + p];
-    return row >= 0 && row < a.pool_rows ? row : -1;
-}
-
-__device__ __forceinline__ void mla_put(const mla_args &a, int h, int t, int c, float v)
-{
-    if (a.ob) {
-        uint16_t hi = nb_d_to_bf16(v);
-        uint16_t lo = nb_d_to_bf16(v - nb_d_bf16(hi));
-        a.ob[((int64_t)h * 2 * a.T + t) * a.r + c] = hi;
-        a.ob[((int64_t)h * 2 * a.T + a.T + t) * a.r + c] = lo;
-    } else {
-        a.o32[((int64_t)h * a.T + t) * a.r + c] = v;
-    }
-}
 
 // Asynchronous global -> shared copies (sm_80+): a chunk's rows are all in flight at once
 // instead of one dependent load per element.
@@ -259,29 +213,7 @@ __global__ void __launch_bounds__(MLA_THREADS) k_mla_attend(mla_args a)
 #define MMA_NT 16 /* n8 tiles of the output per warp: r / 32, so r <= 512 */
 #define MMA_SCL (MMA_P + 1)
 
-__device__ __forceinline__ uint32_t mma_pack(float lo, float hi)
-{
-    uint32_t r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-
-__device__ __forceinline__ void mma_16816(float *c, const uint32_t *a, uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void ldsm_x4(uint32_t *r, const void *p)
-{
-    unsigned s = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(s));
-}
-
+// mma_pack, mma_16816 and ldsm_x4 are in mla_dev.cuh (shared with mla_decode.cu).
 __device__ __forceinline__ void ldsm_x2(uint32_t *r, const void *p)
 {
     unsigned s = (unsigned)__cvta_generic_to_shared(p);
@@ -561,7 +493,7 @@ static int g_kernel = -1; /* nb_cuda_mla_force_kernel; -1: NIBBLE_CUDA_MLA, else
 
 extern "C" void nb_cuda_mla_force_kernel(int kernel)
 {
-    g_kernel = kernel == NB_CUDA_MLA_F32 || kernel == NB_CUDA_MLA_MMA ? kernel : -1;
+    g_kernel = kernel == NB_CUDA_MLA_F32 || kernel == NB_CUDA_MLA_MMA || kernel == NB_CUDA_MLA_DEC ? kernel : -1;
 }
 
 static size_t mma_smem(int r, int rope)
@@ -570,24 +502,38 @@ static size_t mma_smem(int r, int rope)
     return (size_t)MMA_G * MMA_SCL * 4 + MMA_P * 4 + (size_t)(MMA_G + MMA_P) * (Dk + 8) * 2;
 }
 
-extern "C" int nb_cuda_mla_uses_mma(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_tokens)
+extern "C" int nb_cuda_mla_kernel(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_tokens)
 {
-    /* the tensor-core kernel's shapes: 32-column output tiles per warp quarter, <= 16 of
-     * them; 79 KB of shared memory at GLM-5's 576 */
-    if (d->kv_lora_rank % 32 || d->kv_lora_rank > 32 * MMA_NT || d->qk_rope % 4 ||
-        mma_smem(d->kv_lora_rank, d->qk_rope) > 200 * 1024)
-        return 0;
+    int max_smem = 0;
+    cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, nb_cuda_st(ctx)->device);
+    /* the 32-head tensor-core kernel's shapes: 32-column output tiles per warp quarter, <= 16
+     * of them; 79 KB of shared memory at GLM-5's 576 */
+    const int mma_ok = !(d->kv_lora_rank % 32 || d->kv_lora_rank > 32 * MMA_NT || d->qk_rope % 4 ||
+                         mma_smem(d->kv_lora_rank, d->qk_rope) > 200 * 1024);
+    const int dec_ok = nb_cuda_mla_dec_smem(d->kv_lora_rank, d->qk_rope, max_smem) > 0;
     int k = g_kernel;
     if (k < 0) {
         const char *e = getenv("NIBBLE_CUDA_MLA");
-        k = e && !strcmp(e, "f32") ? NB_CUDA_MLA_F32 : e && !strcmp(e, "mma") ? NB_CUDA_MLA_MMA : -1;
+        k = !e                  ? -1
+            : !strcmp(e, "f32") ? NB_CUDA_MLA_F32
+            : !strcmp(e, "mma") ? NB_CUDA_MLA_MMA
+            : !strcmp(e, "dec") ? NB_CUDA_MLA_DEC
+                                : -1;
     }
-    if (k >= 0) return k == NB_CUDA_MLA_MMA;
+    if (k == NB_CUDA_MLA_DEC && !dec_ok) k = NB_CUDA_MLA_MMA; /* shapes the decode kernel does not take */
+    if (k == NB_CUDA_MLA_MMA && !mma_ok) k = NB_CUDA_MLA_F32;
+    if (k >= 0) return k;
     /* automatic: on the H200 at context 256 (bench/RESULTS.md) the float32 kernel is faster
-     * at 1 and 10 tokens (KV-split batches), the tensor-core one at 1000; the switch is where
+     * at 1 and 10 tokens (KV-split batches), the tensor-core ones at 1000; the switch is where
      * the float32 kernel stops splitting (a function of the token count only, so a captured
      * graph keeps its kernel). Between 10 and 1000 tokens not measured. */
-    return (int64_t)n_tokens * ((d->n_heads + MLA_G - 1) / MLA_G) >= nb_cuda_st(ctx)->sm_count;
+    if ((int64_t)n_tokens * ((d->n_heads + MLA_G - 1) / MLA_G) < nb_cuda_st(ctx)->sm_count) return NB_CUDA_MLA_F32;
+    return dec_ok ? NB_CUDA_MLA_DEC : mma_ok ? NB_CUDA_MLA_MMA : NB_CUDA_MLA_F32;
+}
+
+extern "C" int nb_cuda_mla_uses_mma(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_tokens)
+{
+    return nb_cuda_mla_kernel(ctx, d, n_tokens) != NB_CUDA_MLA_F32;
 }
 
 // The three steps for T tokens (views already offset to the tile).
@@ -600,8 +546,9 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
     const int T = (int)q->shape[0], H = d->n_heads, r = d->kv_lora_rank, rope = d->qk_rope, nope = d->qk_nope,
               vd = d->v_dim;
     /* a device whose opt-in shared memory is below the mma kernel's runs the float32 one */
-    const int mma = nb_cuda_mla_uses_mma(ctx, d, T) && mma_smem(r, rope) <= (size_t)max_smem,
-              G = mma ? MMA_G : MLA_G;
+    const int kern = nb_cuda_mla_kernel(ctx, d, T), dec = kern == NB_CUDA_MLA_DEC;
+    const int mma = kern == NB_CUDA_MLA_MMA && mma_smem(r, rope) <= (size_t)max_smem,
+              G = dec ? MLA_DEC_G : mma ? MMA_G : MLA_G;
     const int groups = (H + G - 1) / G, S = mla_splits(T, groups, cs->sm_count);
     const int two = W.bf16 ? 2 : 1, hs = nope + vd;
     const int64_t T2 = (int64_t)two * T;
@@ -655,7 +602,9 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
     a.o32 = W.bf16 ? NULL : (float *)(scr + o_ol);
     a.ob = W.bf16 ? (uint16_t *)(scr + o_ol) : NULL;
     static int attr_dev = -1, mma_attr_dev = -1; /* attributes set once per process for the opt-in maximum */
-    if (mma) {
+    if (dec) {
+        NB_TRY(nb_cuda_mla_dec_launch(&a, groups, S, cs->device, max_smem, stream));
+    } else if (mma) {
         if (mma_attr_dev != cs->device) {
             NB_CUDA_TRY(cudaFuncSetAttribute(k_mla_attend_mma, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
             NB_CUDA_TRY(cudaFuncSetAttribute(k_mla_attend_mma, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
@@ -670,7 +619,7 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
         NB_CUDA_TRY(cudaFuncSetAttribute(k_mla_attend, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
         attr_dev = cs->device;
     }
-    if (!mma) {
+    if (!mma && !dec) {
         k_mla_attend<<<dim3((unsigned)((int64_t)T * groups), (unsigned)S), MLA_THREADS, smem, stream>>>(a);
         NB_CUDA_LAUNCHED("mla_attention");
     }

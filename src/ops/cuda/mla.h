@@ -53,11 +53,23 @@ void nb_cuda_mla_force_token_tile(int tokens);
  * rows (>= 33 tokens at 64 heads on 132 SMs), the float32 kernel below. */
 #define NB_CUDA_MLA_F32 0
 #define NB_CUDA_MLA_MMA 1
+/* The decode kernel for many tokens (mla_decode.cu): all 64 heads of a token per block, so each
+ * latent row is read from HBM once per token, the next chunk of rows in flight (cp.async) while
+ * the current one is computed; BF16 mma.sync like NB_CUDA_MLA_MMA (same error). Rank a multiple
+ * of 32 up to 512; NIBBLE_CUDA_MLA=dec forces it (else mma where it does not take the shapes);
+ * automatic in place of the mma kernel (the token counts at which that one ran). */
+#define NB_CUDA_MLA_DEC 2
+/* Tests and timings: how the decode kernel copies pool rows into shared memory: 1 the bulk-copy
+ * engine (cp.async.bulk completing on an mbarrier), 0 cp.async (anything else: back to
+ * NIBBLE_CUDA_MLA_DEC_COPY=bulk|async, default bulk). Rows not 16-byte aligned take cp.async. */
+void nb_cuda_mla_dec_force_copy(int bulk);
 /* Tests and timings: force a kernel (anything else: back to the environment / automatic). */
 void nb_cuda_mla_force_kernel(int kernel);
 /* 1 when a call (or token tile) of n_tokens tokens with these dims runs the tensor-core kernel
  * (selected, and its shapes: rank a multiple of 32 up to 512), else 0 (float32 kernel). */
 int nb_cuda_mla_uses_mma(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_tokens);
+/* Which attention kernel such a call runs: NB_CUDA_MLA_F32, _MMA or _DEC (nonzero: BF16). */
+int nb_cuda_mla_kernel(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_tokens);
 
 #ifdef __cplusplus
 }

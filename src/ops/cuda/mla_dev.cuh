@@ -1,0 +1,95 @@
+// Device-side pieces shared by the MLA attention kernels (mla.cu: the float32 kernel, the
+// 32-head tensor-core kernel, the split merge; mla_decode.cu: the 64-head pipelined decode
+// kernel): the kernels' argument block, the attended-row lookup, the output store, and the
+// BF16 mma.sync / ldmatrix wrappers. CUDA only; the C-facing plan is mla.h.
+#ifndef NB_OPS_CUDA_MLA_DEV_CUH
+#define NB_OPS_CUDA_MLA_DEV_CUH
+
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/mla.h"
+
+typedef struct mla_args {
+    const float *q; /* [T, H, nope + rope]: q_pe read from here */
+    int64_t qs0, qs1;
+    const float *qlat; /* [H][two * T][r]: row t (+ row T + t when two) */
+    int two;
+    const float *lat, *kpe;
+    int64_t ls0, ps0, pool_rows;
+    nb_attn_index idx;
+    const int32_t *sel_pos, *sel_count;
+    int sel_stride;
+    float scale;
+    int T, H, r, rope, nope, Dp;
+    int vec; /* pool rows 16-byte aligned: chunk rows copied in 16-byte pieces */
+    float *part;     /* splits > 1: [T][H][S][2 + r] (m, l, unnormalized sum) */
+    float *o32;      /* F32 output [H][T][r] */
+    uint16_t *ob;    /* or BF16 hi/lo output [H][2T][r] */
+} mla_args;
+
+// Attended entries of token i: its causal length, or its clamped selection count.
+__device__ __forceinline__ int mla_count(const mla_args &a, int i)
+{
+    if (!a.sel_pos) return a.idx.pos[i] + 1;
+    int n = a.sel_count[i];
+    return n < 0 ? 0 : n > a.sel_stride ? a.sel_stride : n;
+}
+
+// Attended entry j of token i -> pool row, or -1 (outside the causal range or the pool).
+__device__ __forceinline__ int64_t mla_row(const mla_args &a, int i, int j, int pos)
+{
+    int p = a.sel_pos ? a.sel_pos[(int64_t)i * a.sel_stride + j] : j;
+    if (p < 0 || p > pos) return -1;
+    int64_t row = a.idx.slot_table[a.idx.slot_base[i] + p];
+    return row >= 0 && row < a.pool_rows ? row : -1;
+}
+
+// Output column c of head h, token t: F32, or the BF16 hi/lo pair the second GEMM reads.
+__device__ __forceinline__ void mla_put(const mla_args &a, int h, int t, int c, float v)
+{
+    if (a.ob) {
+        uint16_t hi = nb_d_to_bf16(v);
+        uint16_t lo = nb_d_to_bf16(v - nb_d_bf16(hi));
+        a.ob[((int64_t)h * 2 * a.T + t) * a.r + c] = hi;
+        a.ob[((int64_t)h * 2 * a.T + a.T + t) * a.r + c] = lo;
+    } else {
+        a.o32[((int64_t)h * a.T + t) * a.r + c] = v;
+    }
+}
+
+// Two floats -> one register of two BF16 (lo in the low half), round to nearest.
+__device__ __forceinline__ uint32_t mma_pack(float lo, float hi)
+{
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// c += a . b on m16n8k16, BF16 inputs, F32 accumulators.
+__device__ __forceinline__ void mma_16816(float *c, const uint32_t *a, uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t *r, const void *p)
+{
+    unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+}
+
+/* The 64-head decode kernel (mla_decode.cu). Heads per block: */
+#define MLA_DEC_G 64
+
+// Shared memory of the decode kernel for these dims, or 0 when it does not take them (rank
+// not a multiple of 32 or above 512, rope not a multiple of 4, or more than max_smem bytes).
+extern "C" size_t nb_cuda_mla_dec_smem(int r, int rope, int max_smem);
+// Launch it over grid (T * ceil(H / 64), S) on the stream; the caller merges splits (S > 1)
+// with the common merge kernel. max_smem: the device's opt-in limit (attribute set once).
+extern "C" nb_status nb_cuda_mla_dec_launch(const mla_args *a, int groups, int S, int device, int max_smem,
+                                            cudaStream_t stream);
+
+#endif

@@ -1,0 +1,321 @@
+/* The MLA decode kernel (mla.h NB_CUDA_MLA_DEC, src/ops/cuda/mla_decode.cu) against the CPU op,
+ * and its timing against the 32-head tensor-core kernel (NB_CUDA_MLA_MMA) on the same inputs.
+ *   test_cuda_mla_decode                  correctness: 64, 80, 16 and 4 heads (the fixtures'
+ *       tiny shapes), causal and sparse (with an empty selection), decode batches
+ *       (KV splits merged) and 141-token batches (no splits), F32 and BF16 hi/lo outputs,
+ *       16-byte and 4-byte pool rows; then GLM-5's shapes at 300 tokens against the float32
+ *       kernel on the GPU (a batch too large for the CPU op to be quick).
+ *   test_cuda_mla_decode time CTX B1,B2,..  GLM-5's attention shapes, BF16 kv_b registered, one
+ *       decode token per sequence at context CTX: the op captured once as a CUDA graph and
+ *       replayed (device time of a decode step's MLA op), for the mma kernel and the dec kernel
+ *       with each row copy (bulk-copy engine, cp.async), and the two absorption GEMMs alone;
+ *       dec's outputs checked against mma's first.
+ * GPU only (exit 77 without one). */
+#include <cuda_runtime.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "cuda_test_util.h"
+#include "ops/cpu/cpu_ops.h"
+#include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/device.h"
+#include "ops/cuda/mla.h"
+
+#define F32 NB_DTYPE_F32
+
+/* A random selection of up to stride positions <= pos per token (the CPU op's contract);
+ * token 0 selects nothing (an empty context) when there are more than 2 tokens. */
+static void dec_sel(const tu_index *ix, int stride, int32_t *sp, int32_t *sc)
+{
+    for (int i = 0; i < ix->T; i++) {
+        int n = ix->pos[i] + 1, m = n < stride ? n : stride, c = 0;
+        for (int p = 0; p < n && c < m; p++)
+            if ((int)(tu_u32() % (uint32_t)(n - p)) < m - c) sp[i * stride + c++] = p;
+        for (int k = c; k < stride; k++) sp[i * stride + k] = -1; /* never read */
+        sc[i] = c;
+    }
+    if (ix->T > 2) sc[0] = 0;
+}
+
+/* One op call on both backends with the decode kernel forced. batch 0: three single-token
+ * sequences at positions 0, 37, 300 (splits); 1: 141 tokens of three sequences (no splits on
+ * 132 SMs for 64 heads). fmt: BF16 (hi/lo output) or F32 (F32 output) kv_b. */
+static void dec_case(nb_mla_dims d, int batch, int sparse, nb_wfmt fmt, int aligned)
+{
+    const int rows = 1000, rw = d.kv_lora_rank + d.qk_rope + (aligned ? 8 : 7), qk = d.qk_nope + d.qk_rope;
+    int n_new[2][3] = {{1, 1, 1}, {100, 40, 1}}, n_past[2][3] = {{0, 37, 300}, {0, 60, 700}};
+    tu_index ix;
+    tu_index_make(&ix, 3, n_new[batch], n_past[batch], rows);
+    const int T = ix.T;
+    tu_weight kvb;
+    tu_weight_make(&kvb, fmt, (int64_t)d.n_heads * (d.qk_nope + d.v_dim), d.kv_lora_rank, 0.05f, 0);
+    const size_t qn = (size_t)T * d.n_heads * qk, on = (size_t)T * d.n_heads * d.v_dim;
+    float *pool = malloc((size_t)rows * rw * 4), *q = malloc(qn * 4), *o = malloc(on * 4), *ob = malloc(on * 4);
+    tu_fill(pool, (size_t)rows * rw, 1.0f);
+    tu_fill(q, qn, 1.0f);
+    float *dpool = tu_up(pool, (size_t)rows * rw * 4);
+    nb_tensor hq = nb_tensor_3d(q, F32, T, d.n_heads, qk), ho = nb_tensor_3d(o, F32, T, d.n_heads, d.v_dim);
+    nb_tensor hl = nb_tensor_2d(pool, F32, rows, d.kv_lora_rank);
+    nb_tensor hp = nb_tensor_2d(pool + d.kv_lora_rank, F32, rows, d.qk_rope);
+    hl.stride[0] = hp.stride[0] = rw;
+    nb_tensor dq = tu_twin(&hq), dl = hl, dp = hp, dout = ho;
+    dl.data = dpool;
+    dp.data = dpool + d.kv_lora_rank;
+    dl.device = dp.device = NB_DEVICE_CUDA;
+    dout.data = tu_poisoned(on * 4);
+    dout.device = NB_DEVICE_CUDA;
+    const int stride = 48;
+    int32_t *sp = malloc((size_t)T * stride * 4), *sc = malloc((size_t)T * 4);
+    nb_attn_select hs = {sp, sc, stride}, ds = {0};
+    if (sparse) {
+        dec_sel(&ix, stride, sp, sc);
+        ds = (nb_attn_select){tu_up(sp, (size_t)T * stride * 4), tu_up(sc, (size_t)T * 4), stride};
+    }
+    NB_CHECK_OK(nb_cuda_mla_register(tu_gpu, &kvb.d, &d));
+    nb_cuda_mla_force_kernel(NB_CUDA_MLA_DEC);
+    const int k = nb_cuda_mla_kernel(tu_gpu, &d, T);
+    NB_CHECK(k == NB_CUDA_MLA_DEC);
+    NB_CHECK_OK(nb_op_mla_attention(tu_cpu, NB_MLA_ABSORBED, &d, &hq, &hl, &hp, &kvb.h, &ix.h, sparse ? &hs : NULL,
+                                    0.07f, &ho));
+    /* both ways of copying the rows (4-byte rows always take cp.async) */
+    for (int bulk = 1; bulk >= 0; bulk--) {
+        nb_cuda_mla_dec_force_copy(bulk);
+        NB_CHECK_OK(nb_ops_memset(tu_gpu, dout.data, 0xff, on * 4));
+        NB_CHECK_OK(nb_op_mla_attention(tu_gpu, NB_MLA_ABSORBED, &d, &dq, &dl, &dp, &kvb.d, &ix.d, sparse ? &ds : NULL,
+                                        0.07f, &dout));
+        tu_down(&dout, ob);
+        char name[160];
+        snprintf(name, sizeof name, "mla dec%s%s %s kv_b %s, %d heads, rank %d, rope %d, T=%d, %s rows",
+                 k == NB_CUDA_MLA_DEC ? "" : " (NOT dec)", bulk ? " bulk" : " cp.async", sparse ? "sparse" : "causal",
+                 tu_fmt_name(fmt), d.n_heads, d.kv_lora_rank, d.qk_rope, T, aligned ? "16-byte" : "4-byte");
+        tu_compare(name, o, ob, on, NB_TOL_BF16);
+        if (sparse && T > 2) { /* token 0 attends nothing: its output rows are exactly zero */
+            int nz = 0;
+            for (size_t i = 0; i < (size_t)d.n_heads * d.v_dim; i++) nz += ob[i] != 0.0f;
+            NB_CHECK(nz == 0);
+        }
+    }
+    nb_cuda_mla_dec_force_copy(-1);
+    nb_cuda_mla_force_kernel(-1);
+    nb_cuda_mla_release(tu_gpu);
+    free(pool), free(q), free(o), free(ob), free(sp), free(sc);
+    tu_weight_free(&kvb);
+    tu_free_all();
+}
+
+/* ---- GLM-5 decode batches: a pool of B x ctx rows in scattered pages of 64 ---------------- */
+
+typedef struct dec_batch {
+    nb_mla_dims d;
+    int B, ctx;
+    tu_weight kvb;
+    nb_attn_index di;
+    nb_tensor dq, dl, dp, dout;
+} dec_batch;
+
+static void batch_make(dec_batch *b, int B, int ctx)
+{
+    const nb_mla_dims d = {64, 192, 64, 256, 512};
+    const int qk = d.qk_nope + d.qk_rope, rw = d.kv_lora_rank + d.qk_rope;
+    const int64_t rows = (int64_t)B * ctx;
+    b->d = d, b->B = B, b->ctx = ctx;
+    tu_seed(2000 + B);
+    tu_weight_make(&b->kvb, NB_WFMT_BF16, (int64_t)d.n_heads * (d.qk_nope + d.v_dim), d.kv_lora_rank, 0.05f, 0);
+    /* random values for the first 4 Mi floats, then copies (distinct rows for the timing's
+     * sake are what matters, and filling GBs with the test RNG would take seconds) */
+    const size_t pn = (size_t)rows * rw, seed_n = pn < ((size_t)4 << 20) ? pn : ((size_t)4 << 20);
+    float *pool = malloc(pn * 4), *q = malloc((size_t)B * d.n_heads * qk * 4);
+    tu_fill(pool, seed_n, 1.0f);
+    for (size_t at = seed_n; at < pn; at += seed_n) memcpy(pool + at, pool, (pn - at < seed_n ? pn - at : seed_n) * 4);
+    tu_fill(q, (size_t)B * d.n_heads * qk, 1.0f);
+    int32_t *pos = malloc((size_t)B * 4), *base = malloc((size_t)B * 4), *table = malloc((size_t)rows * 4);
+    for (int i = 0; i < B; i++) pos[i] = ctx - 1, base[i] = i * ctx;
+    const int64_t pages = rows / 64;
+    int64_t *perm = malloc((size_t)pages * sizeof *perm);
+    for (int64_t i = 0; i < pages; i++) perm[i] = i;
+    for (int64_t i = pages - 1; i > 0; i--) {
+        int64_t j = (int64_t)(tu_u32() % (uint32_t)(i + 1)), t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    for (int64_t r = 0; r < rows; r++) table[r] = (int32_t)(perm[r / 64] * 64 + r % 64);
+    b->di = (nb_attn_index){B, tu_up(pos, (size_t)B * 4), tu_up(base, (size_t)B * 4), tu_up(table, (size_t)rows * 4)};
+    float *dpool = tu_up(pool, pn * 4);
+    nb_tensor hq = nb_tensor_3d(q, F32, B, d.n_heads, qk);
+    b->dq = tu_twin(&hq);
+    b->dl = nb_tensor_2d(dpool, F32, rows, d.kv_lora_rank);
+    b->dp = nb_tensor_2d(dpool + d.kv_lora_rank, F32, rows, d.qk_rope);
+    b->dl.stride[0] = b->dp.stride[0] = rw;
+    b->dl.device = b->dp.device = NB_DEVICE_CUDA;
+    const size_t on = (size_t)B * d.n_heads * d.v_dim;
+    b->dout = nb_tensor_3d(tu_poisoned(on * 4), F32, B, d.n_heads, d.v_dim);
+    b->dout.device = NB_DEVICE_CUDA;
+    NB_CHECK_OK(nb_cuda_mla_register(tu_gpu, &b->kvb.d, &d));
+    free(pool), free(q), free(pos), free(base), free(table), free(perm);
+}
+
+static void batch_free(dec_batch *b)
+{
+    nb_cuda_mla_release(tu_gpu);
+    tu_weight_free(&b->kvb);
+    tu_free_all();
+}
+
+static nb_status batch_run(dec_batch *b)
+{
+    return nb_op_mla_attention(tu_gpu, NB_MLA_ABSORBED, &b->d, &b->dq, &b->dl, &b->dp, &b->kvb.d, &b->di, NULL, 0.0625f,
+                               &b->dout);
+}
+
+/* The op's output with kernel k forced. */
+static void batch_out(dec_batch *b, int k, float *host)
+{
+    nb_cuda_mla_force_kernel(k);
+    NB_CHECK_OK(batch_run(b));
+    tu_down(&b->dout, host);
+    nb_cuda_mla_force_kernel(-1);
+}
+
+/* The decode kernel (both row copies) against kernel `ref` on one batch. */
+static void batch_compare(dec_batch *b, int ref)
+{
+    const size_t on = (size_t)b->B * b->d.n_heads * b->d.v_dim;
+    float *x = malloc(on * 4), *y = malloc(on * 4);
+    batch_out(b, ref, x);
+    for (int bulk = 1; bulk >= 0; bulk--) {
+        nb_cuda_mla_dec_force_copy(bulk);
+        NB_CHECK_OK(nb_ops_memset(tu_gpu, b->dout.data, 0xff, on * 4));
+        batch_out(b, NB_CUDA_MLA_DEC, y);
+        char name[128];
+        snprintf(name, sizeof name, "mla dec %s vs %s on the GPU, GLM-5 shapes, B=%d ctx %d", bulk ? "bulk" : "cp.async",
+                 ref == NB_CUDA_MLA_MMA ? "mma" : "f32", b->B, b->ctx);
+        tu_compare(name, x, y, on, NB_TOL_BF16);
+    }
+    nb_cuda_mla_dec_force_copy(-1);
+    free(x), free(y);
+}
+
+/* ms per replay of the op (gemms_only: its two absorption GEMMs alone) captured as a graph */
+static double graph_ms(dec_batch *b, int k, int gemms_only, int iters)
+{
+    cudaStream_t st = (cudaStream_t)tu_gpu->stream;
+    const int r = b->d.kv_lora_rank, nope = b->d.qk_nope, vd = b->d.v_dim, H = b->d.n_heads, T2 = 2 * b->B;
+    const int64_t hs = nope + vd;
+    void *qb = NULL, *obuf = NULL;
+    float *ql = NULL, *o2 = NULL;
+    if (gemms_only) {
+        qb = tu_poisoned((size_t)H * T2 * nope * 2);
+        obuf = tu_poisoned((size_t)H * T2 * r * 2);
+        ql = tu_poisoned((size_t)H * T2 * r * 4);
+        o2 = tu_poisoned((size_t)H * T2 * vd * 4);
+        NB_CHECK_OK(nb_ops_memset(tu_gpu, qb, 0, (size_t)H * T2 * nope * 2));
+        NB_CHECK_OK(nb_ops_memset(tu_gpu, obuf, 0, (size_t)H * T2 * r * 2));
+    }
+    nb_cuda_mla_force_kernel(k);
+    if (!gemms_only) NB_CHECK_OK(batch_run(b)); /* grows scratch outside the capture */
+    NB_CHECK_OK(nb_ops_sync(tu_gpu));
+    double ms = -1;
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    if (cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+        nb_status s;
+        if (gemms_only) {
+            s = nb_cuda_mla_gemm(tu_gpu, 1, 0, r, T2, nope, b->kvb.d.data, r, hs * r, qb, nope, (int64_t)T2 * nope, ql, r,
+                                 (int64_t)T2 * r, H, 1.0f);
+            if (s == NB_OK)
+                s = nb_cuda_mla_gemm(tu_gpu, 1, 1, vd, T2, r, (const uint16_t *)b->kvb.d.data + (int64_t)nope * r, r,
+                                     hs * r, obuf, r, (int64_t)T2 * r, o2, vd, (int64_t)T2 * vd, H, 1.0f);
+        } else {
+            s = batch_run(b);
+        }
+        cudaError_t ce = cudaStreamEndCapture(st, &graph);
+        if (s == NB_OK && ce == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
+            for (int i = 0; i < 2; i++) cudaGraphLaunch(exec, st);
+            cudaStreamSynchronize(st);
+            int64_t t0 = nb_now_ns();
+            for (int i = 0; i < iters; i++) cudaGraphLaunch(exec, st);
+            if (cudaStreamSynchronize(st) == cudaSuccess) ms = (double)(nb_now_ns() - t0) / 1e6 / iters;
+        }
+        cudaGetLastError();
+    }
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+    nb_cuda_mla_force_kernel(-1);
+    NB_CHECK(ms > 0);
+    return ms;
+}
+
+static void time_batch(int B, int ctx)
+{
+    dec_batch b;
+    batch_make(&b, B, ctx);
+    batch_compare(&b, NB_CUDA_MLA_MMA);
+    const int iters = (int64_t)B * ctx >= 256000 ? 20 : 50;
+    const double mma = graph_ms(&b, NB_CUDA_MLA_MMA, 0, iters);
+    nb_cuda_mla_dec_force_copy(0);
+    const double dca = graph_ms(&b, NB_CUDA_MLA_DEC, 0, iters);
+    nb_cuda_mla_dec_force_copy(1);
+    const double dec = graph_ms(&b, NB_CUDA_MLA_DEC, 0, iters);
+    nb_cuda_mla_dec_force_copy(-1);
+    const double gemm = graph_ms(&b, NB_CUDA_MLA_DEC, 1, iters);
+    const int autok = nb_cuda_mla_kernel(tu_gpu, &b.d, B);
+    /* the attention kernel's floor: the latent rows (F32) once, at the measured copy rate */
+    const double bytes = (double)B * ctx * (b.d.kv_lora_rank + b.d.qk_rope) * 4;
+    fprintf(stderr,
+            "    mla dec time B=%-5d ctx %-5d op (graph): mma %7.3f ms  dec bulk %7.3f ms (%.2fx)  dec cp.async %7.3f ms  "
+            "GEMMs alone %.3f ms -> attention ~ mma %.3f  dec bulk %.3f  cp.async %.3f ms (rows %.0f MB: bulk %.0f GB/s)  "
+            "auto=%s\n",
+            B, ctx, mma, dec, mma / dec, dca, gemm, mma - gemm, dec - gemm, dca - gemm, bytes / 1e6,
+            dec - gemm > 0 ? bytes / ((dec - gemm) * 1e-3) / 1e9 : 0.0,
+            autok == NB_CUDA_MLA_DEC ? "dec" : autok == NB_CUDA_MLA_MMA ? "mma" : "f32");
+    batch_free(&b);
+}
+
+int main(int argc, char **argv)
+{
+    if (!nb_cuda_test_require_gpu()) return 77;
+    char desc[256];
+    if (nb_cuda_device_describe(0, desc, sizeof desc) == NB_OK) fprintf(stderr, "device: %s\n", desc);
+    if (nb_ops_ctx_new_cpu(0, &tu_cpu) != NB_OK || nb_ops_ctx_new_cuda(0, &tu_gpu) != NB_OK) {
+        fprintf(stderr, "cannot create contexts: %s\n", nb_last_error());
+        return 1;
+    }
+    if (argc > 1 && !strcmp(argv[1], "time")) {
+        const int ctx = argc > 2 ? atoi(argv[2]) : 256;
+        const char *list = argc > 3 ? argv[3] : "64,256,1000";
+        if (ctx < 64 || ctx % 64) {
+            fprintf(stderr, "context must be a multiple of 64\n");
+            return 2;
+        }
+        for (const char *p = list; *p;) {
+            const int B = atoi(p);
+            if (B > 0) time_batch(B, ctx);
+            p = strchr(p, ',');
+            if (!p) break;
+            p++;
+        }
+    } else {
+        const nb_mla_dims glm5 = {64, 192, 64, 256, 512}, h80 = {80, 32, 32, 64, 256}, h16 = {16, 64, 64, 128, 512},
+                          tiny = {4, 32, 16, 24, 32};
+        tu_seed(91);
+        for (int sparse = 0; sparse < 2; sparse++) {
+            dec_case(glm5, 0, sparse, NB_WFMT_BF16, 1);
+            dec_case(glm5, 1, sparse, NB_WFMT_BF16, 1);
+            dec_case(h16, 0, sparse, NB_WFMT_BF16, 1);
+            dec_case(h16, 1, sparse, NB_WFMT_F32, 1);
+            dec_case(h80, 0, sparse, NB_WFMT_F32, 0);
+            dec_case(h80, 1, sparse, NB_WFMT_BF16, 1);
+            dec_case(tiny, 0, sparse, NB_WFMT_BF16, 0);
+            dec_case(tiny, 1, sparse, NB_WFMT_F32, 1);
+        }
+        dec_case(glm5, 1, 0, NB_WFMT_F32, 0);
+        dec_case(glm5, 0, 1, NB_WFMT_NVFP4, 1);
+        dec_batch b;
+        batch_make(&b, 300, 256);
+        batch_compare(&b, NB_CUDA_MLA_F32);
+        batch_free(&b);
+    }
+    nb_ops_ctx_free(tu_gpu);
+    nb_ops_ctx_free(tu_cpu);
+    fprintf(stderr, "%s\n", nb_test_failures_ ? "FAILED" : "ok");
+    return nb_test_failures_ ? 1 : 0;
+}
