@@ -54,10 +54,11 @@ void nb_cuda_mla_force_token_tile(int tokens);
 #define NB_CUDA_MLA_F32 0
 #define NB_CUDA_MLA_MMA 1
 /* The decode kernel for many tokens (mla_decode.cu): all 64 heads of a token per block, so each
- * latent row is read from HBM once per token, the next chunk of rows in flight (cp.async) while
- * the current one is computed; BF16 mma.sync like NB_CUDA_MLA_MMA (same error). Rank a multiple
- * of 32 up to 512; NIBBLE_CUDA_MLA=dec forces it (else mma where it does not take the shapes);
- * automatic in place of the mma kernel (the token counts at which that one ran). */
+ * latent row is read from HBM once per token, the next chunks of rows on their way (bulk copies
+ * into shared memory, L2 prefetch) while the current one is computed; BF16 mma.sync like
+ * NB_CUDA_MLA_MMA (same error). Rank a multiple of 32 up to 512; NIBBLE_CUDA_MLA=dec forces it
+ * (else mma where it does not take the shapes); automatic in place of the mma kernel (the token
+ * counts at which that one ran; measured faster at 64, 256 and 1000 tokens, bench/RESULTS.md). */
 #define NB_CUDA_MLA_DEC 2
 /* Tests and timings: how the decode kernel copies pool rows into shared memory: 1 the bulk-copy
  * engine (cp.async.bulk completing on an mbarrier), 0 cp.async (anything else: back to
