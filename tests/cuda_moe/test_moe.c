@@ -3,7 +3,8 @@
  * printed), with the workspace poisoned (NaN) first so unwritten intermediates fail.
  *   moe_*:    routed FFN, all three kernels (wgmma on sm_90 only), edge cases (empty
  *             experts, one hot expert over many tiles, ragged tiles, skipped ids,
- *             T = 16384 sampled, GLM-5 shapes), accumulate
+ *             T = 16384 sampled, GLM-5 shapes), accumulate; the wgmma kernel's variants
+ *             (tile widths, wgmma depth, accumulator chains, warps per block, old)
  *   shared:   the dense shared expert
  *   router_*: top-k router vs a CPU router written here (ids exact, weights 1e-5)
  * The repack round trip and the CPU op's agreement with the same float64 reference are
@@ -234,6 +235,58 @@ static void test_moe_glm5_shape(void)
     experts_free(&x);
 }
 
+/* The wgmma kernel's compiled variants (ops/cuda/moe_wgmma.cu, chosen through the
+ * environment for A/B runs): tile width (NIBBLE_MOE_WG_N), remainder width (_NS, -1: the
+ * narrowest of four), k-steps in flight (_D), accumulator chains (_C), warps per block (_W),
+ * and the second session's kernel (NIBBLE_MOE_WG=old, NIBBLE_MOE_WG_A=smem). The float64
+ * reference costs ~3 ms per (token, expert) here, so larger cases check a sample of tokens
+ * (all outputs must still be finite); GLM-5 shapes for the 16-warp widths. */
+static const struct {
+    const char *n, *ns, *d, *c, *w, *old, *a;
+} wg_cfgs[] = {
+    {"64", "-1", "2", "1", "8", "old", ""}, {"64", "-1", "2", "1", "8", "", "smem"}, {"16", "0", "2", "1", "8", "", ""},
+    {"32", "0", "2", "1", "8", "", ""},     {"48", "0", "2", "1", "8", "", ""},       {"48", "0", "4", "2", "8", "", ""},
+    {"64", "16", "2", "1", "8", "", ""},    {"16", "0", "2", "1", "16", "", ""},      {"32", "0", "2", "1", "16", "", ""},
+    {"48", "0", "2", "1", "16", "", ""},    {"32", "16", "2", "1", "16", "", ""},     {"48", "32", "2", "1", "16", "", ""},
+};
+
+static void wg_env(size_t c)
+{
+    setenv("NIBBLE_MOE_WG_N", wg_cfgs[c].n, 1);
+    setenv("NIBBLE_MOE_WG_NS", wg_cfgs[c].ns, 1);
+    setenv("NIBBLE_MOE_WG_D", wg_cfgs[c].d, 1);
+    setenv("NIBBLE_MOE_WG_C", wg_cfgs[c].c, 1);
+    setenv("NIBBLE_MOE_WG_W", wg_cfgs[c].w, 1);
+    setenv("NIBBLE_MOE_WG", wg_cfgs[c].old, 1);
+    setenv("NIBBLE_MOE_WG_A", wg_cfgs[c].a, 1);
+    fprintf(stderr, "  wgmma variant: N %s NS %s D %s C %s W %s %s%s\n", wg_cfgs[c].n, wg_cfgs[c].ns, wg_cfgs[c].d,
+            wg_cfgs[c].c, wg_cfgs[c].w, wg_cfgs[c].old, wg_cfgs[c].a);
+}
+
+static void test_moe_wgmma_variants(void)
+{
+    if (!gpu_or_skip() || !have_wgmma()) return;
+    seed();
+    experts x, big;
+    NB_CHECK(experts_make(&x, 16, 512, 256) == 0);
+    NB_CHECK(experts_make(&big, 4, 6144, 2048) == 0);
+    for (size_t c = 0; c < NB_ARRAY_LEN(wg_cfgs); c++) {
+        wg_env(c);
+        moe_case(&x, 5, 4, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 1 << 30); /* fills no tile */
+        moe_case(&x, 77, 4, ROUTE_ONE_HOT, NB_MOE_KERNEL_WGMMA, 0, 20);     /* ragged last tile */
+        moe_case(&x, 40, 4, ROUTE_SKIP, NB_MOE_KERNEL_WGMMA, 1, 16);        /* ids of -1, out += */
+        moe_case(&x, 300, 3, ROUTE_ONE_HOT, NB_MOE_KERNEL_WGMMA, 0, 16);    /* tiles side by side */
+        moe_case(&x, 200, 8, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 16);    /* 100 per expert */
+        if (!strcmp(wg_cfgs[c].w, "16") && !strcmp(wg_cfgs[c].ns, "0"))
+            moe_case(&big, 150, 2, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 3); /* ~75 per expert */
+    }
+    unsetenv("NIBBLE_MOE_WG_N"), unsetenv("NIBBLE_MOE_WG_NS"), unsetenv("NIBBLE_MOE_WG_D");
+    unsetenv("NIBBLE_MOE_WG_C"), unsetenv("NIBBLE_MOE_WG_W"), unsetenv("NIBBLE_MOE_WG");
+    unsetenv("NIBBLE_MOE_WG_A");
+    experts_free(&x);
+    experts_free(&big);
+}
+
 static void test_shared(void)
 {
     if (!gpu_or_skip()) return;
@@ -390,7 +443,8 @@ static void test_router(void)
 
 static const nb_test tests[] = {
     {"moe_small", test_moe_small}, {"moe_big_t", test_moe_big_t},
-    {"moe_glm5_shape", test_moe_glm5_shape}, {"shared", test_shared},   {"router", test_router},
+    {"moe_glm5_shape", test_moe_glm5_shape}, {"moe_wgmma_variants", test_moe_wgmma_variants},
+    {"shared", test_shared},   {"router", test_router},
 };
 
 int main(int argc, char **argv) { return nb_test_main(tests, NB_ARRAY_LEN(tests), argc, argv); }

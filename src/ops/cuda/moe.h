@@ -150,7 +150,10 @@ nb_status nb_moe_shared_forward(const nb_moe_weights_dev *w, const uint16_t *x, 
 
 /* ---- the ladder ------------------------------------------------------------------------ */
 
-/* Few tokens per expert: weight bytes dominate, stream them once over all SMs. */
+/* Few tokens per expert: weight bytes dominate, stream them once over all SMs. n = inter,
+ * k = hidden; sm = 90 only when the wgmma kernel could take the step (should_use_wgmma),
+ * which then keeps the stream kernel to <= 4 tokens per expert on shapes its 16-warp variant
+ * takes (inter % 256 == 0, hidden % 512 == 0); else <= 12. */
 int nb_moe_should_use_stream(double tokens_per_expert, int n, int k, int sm);
 /* Many tokens per expert on an sm_90 device, with enough work items to fill the GPU: the
  * wgmma kernel. */

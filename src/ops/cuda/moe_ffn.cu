@@ -23,6 +23,7 @@
 #include "ops/cuda/device.h"
 #include "ops/cuda/moe.h"
 #include "ops/cuda/moe_dev.h"
+#include "ops/cuda/moe_wgmma.h"
 
 __device__ __forceinline__ void mma_bf16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint32_t b0, uint32_t b1)
@@ -443,9 +444,12 @@ extern "C" const char *nb_moe_kernel_name(nb_moe_kernel k)
 
 extern "C" int nb_moe_should_use_stream(double tokens_per_expert, int n, int k, int sm)
 {
-    (void)n, (void)k, (void)sm;
     // Up to 16 tokens (two n8 fragments) per expert, the weight bytes dominate: stream them
     // with the most parallelism (K split over 4 warps, all experts' items over all SMs).
+    // Where the 16-warp wgmma kernel can take the step (sm 90 passed, n = inter % 256,
+    // k = hidden % 512) its 16-token tiles win from ~8 tokens per expert (H200, GLM-5 layer:
+    // 256 tokens 1.90 ms against 2.06; at 64 tokens, 2 per expert, 1.53 against 1.46).
+    if (sm == 90 && n % 256 == 0 && k % 512 == 0) return tokens_per_expert <= 4.0;
     return tokens_per_expert <= 12.0;
 }
 
@@ -480,7 +484,7 @@ static int moe_k_split(int tokens, int topk, int experts, int pairs)
 // tiles (each multiplied at the narrowest width that covers it).
 static int moe_nt(nb_moe_kernel k, double tokens_per_expert)
 {
-    if (k == NB_MOE_KERNEL_WGMMA) return NB_MOE_WG_TILE / 8;
+    if (k == NB_MOE_KERNEL_WGMMA) return moe_wg_tile_tokens(tokens_per_expert) / 8;
     if (k == NB_MOE_KERNEL_MMA) return tokens_per_expert >= 48.0 ? 2 * NB_MOE_NT_MMA : NB_MOE_NT_MMA;
     return tokens_per_expert <= 4.0 ? 1 : 2;
 }
@@ -498,9 +502,10 @@ extern "C" nb_moe_kernel nb_moe_pick_kernel(int tokens, int topk, int experts, i
         k = NB_MOE_KERNEL_WGMMA, why = "NIBBLE_MOE_KERNEL";
     } else {
         double tpe = (double)tokens * topk / (experts > 0 ? experts : 1);
-        if (nb_moe_should_use_stream(tpe, inter, hidden, sm))
-            k = NB_MOE_KERNEL_STREAM, why = "should_use_stream (<= 12 tokens per expert)";
-        else if (nb_moe_should_use_wgmma(tokens, topk, experts, hidden, inter, sm))
+        const int wg = nb_moe_should_use_wgmma(tokens, topk, experts, hidden, inter, sm);
+        if (nb_moe_should_use_stream(tpe, inter, hidden, wg ? sm : 0))
+            k = NB_MOE_KERNEL_STREAM, why = "should_use_stream (<= 12 tokens per expert, <= 4 beside wgmma)";
+        else if (wg)
             k = NB_MOE_KERNEL_WGMMA, why = "should_use_wgmma (sm_90, >= 4 waves of items)";
         else
             k = NB_MOE_KERNEL_MMA, why = "default";

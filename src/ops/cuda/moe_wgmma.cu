@@ -1,23 +1,34 @@
 // The wgmma regime of the NVFP4 MoE FFN (ops/cuda/moe.h): many tokens per expert, sm_90a.
 //
-// Same persistent item loop as moe_ffn.cu's kernels (one block = one warpgroup of 4 warps,
-// items taken in order from one counter, down items waiting on their tile's gate_up items),
-// with the multiply done by Hopper's asynchronous warpgroup MMA:
+// Same persistent item loop as moe_ffn.cu's kernels (items taken in order from one
+// counter, down items waiting on their tile's gate_up items), blocks of W warps (8 or 16:
+// two or four warpgroups, one block per SM), with the multiply done by Hopper's
+// asynchronous warpgroup MMA:
 //   A (weights, 64 rows per instruction = 16 per warp): expanded from NVFP4 in registers
 //     with the same repacked layout and expand_codes as the mma.sync kernels, once per
 //     token tile; wgmma reads A fragments from registers in mma.sync's m16n8k16 order.
 //   B (the token tile, N = 16..64 tokens): BF16 in shared memory, 128-byte swizzled
-//     K-major, staged by cp.async in a 3-deep ring of 128-wide k-slices.
-//   D: F32 in registers; N is picked per tile (the narrowest multiple of 16 that covers
-//     the tile), so a 70-token expert costs an n64 and an n16 instruction, not 2 x n64. An
-//     expert's tiles run side by side (items ordered row block, then tile), so the weights
-//     of a many-token expert come from HBM about once and from L2 for the other tiles.
+//     K-major, staged by cp.async in a ring of 128-wide k-slices (with the warps' codes
+//     and scales).
+//   D: F32 in registers. An expert's tiles run side by side (items ordered row block, then
+//     tile), so the weights of a many-token expert come from HBM about once and from L2 for
+//     the other tiles.
+// Variants (template parameters; moe_launch_wg picks one, NIBBLE_MOE_WG_* force one):
+//   tile width NW (the routing kernel cuts tiles of NW tokens, moe_wg_tile_tokens) and the
+//   instruction width: NW, or NS for tiles of at most NS tokens, or (NS = -1, the second
+//   session's kernel, 64-token tiles) the narrowest of 16/32/48/64 that covers the tile;
+//   D k-steps in flight per warp, C accumulator chains, W warps. Measured on an H200 (bench/
+//   RESULTS.md, issue 8, third session): the cost per k-step is ~200 cycles plus the
+//   tensor time, and what lowers it is more warps per scheduler (W 16: 2.87 -> 2.55 ms at
+//   1000 tokens), not deeper wgmma queues (D 4/8) or split accumulators (C 2), which
+//   gained 4-7 % at 8 warps and need registers 16 warps do not have (128 per thread).
 // The repacked layout permutes K inside each 64-wide k-tile (lane t of k-step s holds
 // k = 16t + 4s + 0..3), so B must be stored in the same order: "wgmma order", where element
 // 16s + 8h + 2u + j of a k-tile holds real k 16u + 4s + 2h + j. x is rewritten in that order
 // by the kernel's own first items (into the workspace), and the gate_up epilogue writes the
 // SiLU(gate)*up intermediate in it directly, so both GEMMs stage B with plain 16-byte copies.
-// Tests: tests/cuda_moe/test_moe.c (kernel "wgmma"); timing: nibble bench-moe --kernel wgmma.
+// Tests: tests/cuda_moe/test_moe.c (kernel "wgmma", moe_wgmma_variants); timing: nibble
+// bench-moe --kernel wgmma, scripts/device-moe-wg.sh (old and new side by side).
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +38,7 @@
 #include "ops/cuda/device.h"
 #include "ops/cuda/moe.h"
 #include "ops/cuda/moe_dev.h"
+#include "ops/cuda/moe_wgmma.h"
 #include "ops/cuda/moe_wgmma_ops.h"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -35,12 +47,12 @@
 #define MOE_WG_ARCH 0
 #endif
 
-#define MOE_WG_WARPS NB_MOE_WG_WARPS                      // two warpgroups per block
-#define MOE_WG_THREADS (MOE_WG_WARPS * 32)
-#define MOE_WG_RING(as) ((as) ? NB_MOE_WG_SS_STAGES : NB_MOE_WG_STAGES)  // ring stages per variant
+// W warps per block: NB_MOE_WG_WARPS (8, two warpgroups) or 16 (four warpgroups, at most
+// 128 registers per thread, four warps per scheduler to hide the expansion's latencies).
+#define MOE_WG_RING(as, w) ((as) ? NB_MOE_WG_SS_STAGES : (w) > 8 ? 4 : NB_MOE_WG_STAGES)  // ring stages
 #define MOE_WG_ABUF 32768  // one k-tile of expanded A: 2 warpgroups x (gate, up) x 64 rows x 128 B
 #define MOE_WG_SLICE 128                                  // k per ring stage (two k-tiles)
-#define MOE_WG_PERM_KTILES (MOE_WG_THREADS * 2)           // 64-wide k-tiles of x one permuting item rewrites
+#define MOE_WG_PERM_KTILES(w) ((w) * 64)                  // 64-wide k-tiles of x one permuting item rewrites
 
 // ---- wgmma plumbing ------------------------------------------------------------------------
 
@@ -77,10 +89,11 @@ __device__ __forceinline__ int wg_pos64(int x)
 
 // Rewrites MOE_WG_PERM_KTILES k-tiles of x (from k-tile `first` on) in wgmma order into xp:
 // word 8u + 2s + h of a k-tile (real k 16u + 4s + 2h, +1) goes to word 8s + 4h + u.
+template <int W>
 __device__ __forceinline__ void moe_wg_permute(const moe_params &p, long long first, long long n_ktiles)
 {
-    for (int m = 0; m < MOE_WG_PERM_KTILES / MOE_WG_THREADS; m++) {
-        const long long kt = first + threadIdx.x + (long long)m * MOE_WG_THREADS;
+    for (int m = 0; m < MOE_WG_PERM_KTILES(W) / (W * 32); m++) {
+        const long long kt = first + threadIdx.x + (long long)m * (W * 32);
         if (kt >= n_ktiles) break;
         const uint4 *src = (const uint4 *)(p.x + kt * 64);
         uint4 *dst = (uint4 *)(p.xpw + kt * 64);
@@ -106,22 +119,23 @@ __device__ __forceinline__ void moe_wg_permute(const moe_params &p, long long fi
 // bytes) and scales (2 row tiles x 256 bytes: the whole k-group, re-read for its second
 // slice). A multiple of 1024, so every stage's token part stays 1024-aligned.
 #define MOE_WG_CODES_OFF(N) ((N) * 256)
-#define MOE_WG_SCALES_OFF(N) ((N) * 256 + MOE_WG_WARPS * 2048)
-#define MOE_WG_STAGE_BYTES(N) ((N) * 256 + MOE_WG_WARPS * 2560)
+#define MOE_WG_SCALES_OFF(N, w) ((N) * 256 + (w) * 2048)
+#define MOE_WG_STAGE_BYTES(N, w) ((N) * 256 + (w) * 2560)
 
 // Everything k-slice `sl` needs into ring stage `buf`, one cp.async group:
 //   tokens (all threads): per k-tile q, row r's 16-byte chunk c at chunk c ^ (r % 8) of the
 //     row's 128 bytes; rows past the tile (row[r] < 0) are zeros;
 //   codes (each warp its own): 4 x 16 bytes per lane; scales: lanes 0-15 row tile a, 16-31 b.
-template <int N>
+template <int N, int W>
 __device__ __forceinline__ void moe_wg_stage(char *buf, const uint16_t *base, const long long *row, int sl,
                                              const uint8_t *wa, const uint8_t *wb, const uint8_t *sa,
                                              const uint8_t *sb)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
-    for (int m = 0; m < N * 16 / MOE_WG_THREADS; m++) {
-        const int c = threadIdx.x + m * MOE_WG_THREADS, r = c >> 4, q = (c >> 3) & 1, ch = c & 7;
+    for (int m = 0; m < (N * 16 + W * 32 - 1) / (W * 32); m++) {
+        const int c = threadIdx.x + m * (W * 32), r = c >> 4, q = (c >> 3) & 1, ch = c & 7;
+        if (N * 16 % (W * 32) != 0 && c >= N * 16) break;
         const long long off = row[r];
         char *dst = buf + q * (N * 128) + (r >> 3) * 1024 + (r & 7) * 128 + ((ch ^ (r & 7)) << 4);
         cp_async16(dst, base + (off < 0 ? 0 : off) + (2 * sl + q) * 64 + ch * 8, off >= 0);
@@ -132,7 +146,7 @@ __device__ __forceinline__ void moe_wg_stage(char *buf, const uint16_t *base, co
         cp_async16(cw + q * 512, wa + (size_t)(2 * sl + q) * 512 + lane * 16, true);
         cp_async16(cw + 1024 + q * 512, wb + (size_t)(2 * sl + q) * 512 + lane * 16, true);
     }
-    char *cs = buf + MOE_WG_SCALES_OFF(N) + warp * 512 + lane * 16;
+    char *cs = buf + MOE_WG_SCALES_OFF(N, W) + warp * 512 + lane * 16;
     cp_async16(cs, (lane < 16 ? sa : sb - 256) + (size_t)(sl >> 1) * 256 + lane * 16, true);
     cp_async_commit();
 }
@@ -142,15 +156,16 @@ __device__ __forceinline__ void moe_wg_stage(char *buf, const uint16_t *base, co
 // times the whole K.
 //   DN == false: gate_up, pair (r, r + inter/16) of W13, r = 8 rb + warp; writes act.
 //   DN == true:  down, pair (2r, 2r+1) of W2; adds into out.
-template <int N, bool DN, int AS>
+template <int N, bool DN, int AS, int D, int C, int W>
 __device__ __forceinline__ void moe_wg_item(const moe_params &p, char *ring, char *abuf, const long long *row,
                                             int e, int start, int cnt, int rb)
 {
 #if MOE_WG_ARCH
-    constexpr int STAGES = MOE_WG_RING(AS), AHEAD = STAGES - 2;
+    static_assert(W == 8 || (W == 16 && !AS), "8 warps, or 16 on the register path");
+    constexpr int STAGES = MOE_WG_RING(AS, W), AHEAD = STAGES - 2;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int pair = rb * MOE_WG_WARPS + warp;
+    const int pair = rb * W + warp;
     const int n = DN ? p.hidden : 2 * p.inter, K = DN ? p.inter : p.hidden;
     const int ktiles = K / 64, kgroups = K / 256, slices = K / MOE_WG_SLICE;
     const int nta = DN ? 2 * pair : pair, ntb = DN ? 2 * pair + 1 : pair + p.inter / 16;
@@ -159,21 +174,29 @@ __device__ __forceinline__ void moe_wg_item(const moe_params &p, char *ring, cha
     const uint8_t *wa = wbase + (size_t)nta * ktiles * 512, *wb = wbase + (size_t)ntb * ktiles * 512;
     const uint8_t *sa = sbase + (size_t)nta * kgroups * 256, *sb = sbase + (size_t)ntb * kgroups * 256;
     const uint16_t *bbase = DN ? p.act : p.xp;
-    const int stage_bytes = MOE_WG_STAGE_BYTES(N);
+    const int stage_bytes = MOE_WG_STAGE_BYTES(N, W);
     const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(ring);
 
-    float da[N / 2], db[N / 2];
+    static_assert(D == 1 || D == 2 || D == 4 || D == 8, "wgmma depth must divide a slice's 8 k-steps");
+    static_assert(C == 1 || (C == 2 && !AS), "accumulator chains: 1, or 2 on the register path");
+    // C independent accumulator chains per operand (k-step j adds into chain j % C, summed in
+    // the epilogue): consecutive wgmmas into one accumulator wait on each other's result.
+    float da[C][N / 2], db[C][N / 2];
 #pragma unroll
-    for (int i = 0; i < N / 2; i++) da[i] = db[i] = 0.0f;
+    for (int c = 0; c < C; c++)
+#pragma unroll
+        for (int i = 0; i < N / 2; i++) da[c][i] = db[c][i] = 0.0f;
+    uint32_t ar[D][4], br[D][4];  // A fragments of the D k-steps in flight (register path)
 
     // AHEAD slices in flight ahead of the one being multiplied.
 #pragma unroll
     for (int i = 0; i < AHEAD; i++) {
         if (i < slices)
-            moe_wg_stage<N>(ring + i * stage_bytes, bbase, row, i, wa, wb, sa, sb);
+            moe_wg_stage<N, W>(ring + i * stage_bytes, bbase, row, i, wa, wb, sa, sb);
         else
             cp_async_commit();
     }
+#pragma unroll 1
     for (int sl = 0; sl < slices; sl++) {
         // Slice sl has landed for every thread. The stage refilled below last held slice
         // sl - 2, whose wgmmas every warp has completed (each warp keeps at most 2 k-steps,
@@ -182,13 +205,13 @@ __device__ __forceinline__ void moe_wg_item(const moe_params &p, char *ring, cha
         fence_proxy_async();
         __syncthreads();
         if (sl + AHEAD < slices)
-            moe_wg_stage<N>(ring + ((sl + AHEAD) % STAGES) * stage_bytes, bbase, row, sl + AHEAD, wa, wb, sa, sb);
+            moe_wg_stage<N, W>(ring + ((sl + AHEAD) % STAGES) * stage_bytes, bbase, row, sl + AHEAD, wa, wb, sa, sb);
         else
             cp_async_commit();  // an empty group keeps wait_group's count uniform
         const char *stg = ring + (sl % STAGES) * stage_bytes;
         const uint32_t sbuf = ring_s + (uint32_t)((sl % STAGES) * stage_bytes);
-        const uint2 sca = *(const uint2 *)(stg + MOE_WG_SCALES_OFF(N) + warp * 512 + lane * 8);
-        const uint2 scb = *(const uint2 *)(stg + MOE_WG_SCALES_OFF(N) + warp * 512 + 256 + lane * 8);
+        const uint2 sca = *(const uint2 *)(stg + MOE_WG_SCALES_OFF(N, W) + warp * 512 + lane * 8);
+        const uint2 scb = *(const uint2 *)(stg + MOE_WG_SCALES_OFF(N, W) + warp * 512 + 256 + lane * 8);
 #pragma unroll
         for (int q = 0; q < 2; q++) {
             const uint4 ca = *(const uint4 *)(stg + MOE_WG_CODES_OFF(N) + warp * 2048 + q * 512 + lane * 16);
@@ -202,17 +225,18 @@ __device__ __forceinline__ void moe_wg_item(const moe_params &p, char *ring, cha
             if (!AS) {
 #pragma unroll
                 for (int s = 0; s < 4; s++) {
-                    uint32_t a[4], b[4];
-                    expand_codes(wwa[s], xa, xa8, a);
-                    expand_codes(wwb[s], xb, xb8, b);
+                    // k-step j of the slice writes A set j % D, whose last reader (k-step
+                    // j - D) has completed: wait_group D - 1 after every commit. D divides
+                    // the slice's 8 k-steps, so the set index is a compile-time constant.
+                    const int j = (4 * q + s) % D, c = s % C;
+                    expand_codes(wwa[s], xa, xa8, ar[j]);
+                    expand_codes(wwb[s], xb, xb8, br[j]);
                     const uint64_t desc = wg_desc(sbuf + (uint32_t)(q * N * 128 + s * 32));
                     wg_fence();
-                    moe_wg_mma<N>::run(da, a[0], a[1], a[2], a[3], desc);
-                    moe_wg_mma<N>::run(db, b[0], b[1], b[2], b[3], desc);
+                    moe_wg_mma<N>::run(da[c], ar[j][0], ar[j][1], ar[j][2], ar[j][3], desc);
+                    moe_wg_mma<N>::run(db[c], br[j][0], br[j][1], br[j][2], br[j][3], desc);
                     wg_commit();
-                    // Two k-steps in flight (their A registers stay live; with more, ptxas
-                    // serializes the wgmmas for want of registers).
-                    wg_wait<1>();
+                    wg_wait<D - 1>();
                 }
             } else {
                 // A in shared memory: this warp's 2 x 16 rows of k-tile kt, expanded once
@@ -245,8 +269,8 @@ __device__ __forceinline__ void moe_wg_item(const moe_params &p, char *ring, cha
 #pragma unroll
                 for (int s = 0; s < 4; s++) {
                     const uint64_t bdesc = wg_desc(sbuf + (uint32_t)(q * N * 128 + s * 32));
-                    moe_wg_mma_ss<N>::run(da, wg_desc(am_s + (uint32_t)(s * 32)), bdesc);
-                    moe_wg_mma_ss<N>::run(db, wg_desc(am_s + 8192u + (uint32_t)(s * 32)), bdesc);
+                    moe_wg_mma_ss<N>::run(da[0], wg_desc(am_s + (uint32_t)(s * 32)), bdesc);
+                    moe_wg_mma_ss<N>::run(db[0], wg_desc(am_s + 8192u + (uint32_t)(s * 32)), bdesc);
                 }
                 wg_commit();
                 wg_wait<1>();
@@ -255,7 +279,13 @@ __device__ __forceinline__ void moe_wg_item(const moe_params &p, char *ring, cha
     }
     wg_wait<0>();
 #pragma unroll
-    for (int i = 0; i < N / 2; i++) wg_pin(da[i]), wg_pin(db[i]);
+    for (int c = 0; c < C; c++)
+#pragma unroll
+        for (int i = 0; i < N / 2; i++) wg_pin(da[c][i]), wg_pin(db[c][i]);
+#pragma unroll
+    for (int c = 1; c < C; c++)
+#pragma unroll
+        for (int i = 0; i < N / 2; i++) da[0][i] += da[c][i], db[0][i] += db[c][i];
 
     // D fragment of warp w: n8 block j, i = 0..3 -> row g + 8 (i >> 1), token 8j + 2t + (i & 1)
     // (mma.sync's C layout per n8 block), rows of this warp's own 16-row tiles.
@@ -267,7 +297,7 @@ __device__ __forceinline__ void moe_wg_item(const moe_params &p, char *ring, cha
             for (int i = 0; i < 4; i++) {
                 const int col = j * 8 + 2 * t + (i & 1), r = pair * 16 + g + (i >> 1) * 8;
                 if (col < cnt) {
-                    const float gv = da[4 * j + i] * fg, uv = db[4 * j + i] * fu;
+                    const float gv = da[0][4 * j + i] * fg, uv = db[0][4 * j + i] * fu;
                     const float a = gv / (1.0f + __expf(-gv)) * uv;
                     p.act[(size_t)(start + col) * p.inter + (r & ~63) + wg_pos64(r & 63)] = f32_to_bf16_rn(a);
                 }
@@ -283,8 +313,8 @@ __device__ __forceinline__ void moe_wg_item(const moe_params &p, char *ring, cha
                     const int slot = p.sorted[start + col];
                     const float rw = (p.route_w ? p.route_w[slot] : 1.0f) * f;
                     float *o = p.out + (size_t)(slot / p.topk) * p.hidden + r;
-                    atomicAdd(o, da[4 * j + i] * rw);
-                    atomicAdd(o + 16, db[4 * j + i] * rw);
+                    atomicAdd(o, da[0][4 * j + i] * rw);
+                    atomicAdd(o + 16, db[0][4 * j + i] * rw);
                 }
             }
     }
@@ -294,16 +324,29 @@ __device__ __forceinline__ void moe_wg_item(const moe_params &p, char *ring, cha
 #endif
 }
 
-template <bool DN, int AS>
+// Tile widths of one kernel instance: NS < 0 (the second session's kernel): the narrowest
+// of 16/32/48/64 that covers the tile; NS == 0: always NW (tiles are cut at NW); NS > 0:
+// NS for tiles of at most NS tokens (an expert's remainder), else NW. Each width is its own
+// inlined copy of the main loop, and ptxas allocates registers for all of them together:
+// with four widths it serializes the wgmmas (C7512) at any depth above 2.
+template <bool DN, int AS, int NW, int NS, int D, int C, int W>
 __device__ __forceinline__ void moe_wg_dispatch(const moe_params &p, char *ring, char *abuf, const long long *row,
                                                 int4 tl, int rb)
 {
-    // The narrowest instruction that covers the tile (tiles hold 1..64 tokens).
-    switch ((tl.z + 15) >> 4) {
-    case 1: moe_wg_item<16, DN, AS>(p, ring, abuf, row, tl.x, tl.y, tl.z, rb); break;
-    case 2: moe_wg_item<32, DN, AS>(p, ring, abuf, row, tl.x, tl.y, tl.z, rb); break;
-    case 3: moe_wg_item<48, DN, AS>(p, ring, abuf, row, tl.x, tl.y, tl.z, rb); break;
-    default: moe_wg_item<64, DN, AS>(p, ring, abuf, row, tl.x, tl.y, tl.z, rb); break;
+    if constexpr (NS < 0) {
+        switch ((tl.z + 15) >> 4) {
+        case 1: moe_wg_item<16, DN, AS, D, C, W>(p, ring, abuf, row, tl.x, tl.y, tl.z, rb); break;
+        case 2: moe_wg_item<32, DN, AS, D, C, W>(p, ring, abuf, row, tl.x, tl.y, tl.z, rb); break;
+        case 3: moe_wg_item<48, DN, AS, D, C, W>(p, ring, abuf, row, tl.x, tl.y, tl.z, rb); break;
+        default: moe_wg_item<64, DN, AS, D, C, W>(p, ring, abuf, row, tl.x, tl.y, tl.z, rb); break;
+        }
+    } else if constexpr (NS > 0) {
+        if (tl.z <= NS)
+            moe_wg_item<NS, DN, AS, D, C, W>(p, ring, abuf, row, tl.x, tl.y, tl.z, rb);
+        else
+            moe_wg_item<NW, DN, AS, D, C, W>(p, ring, abuf, row, tl.x, tl.y, tl.z, rb);
+    } else {
+        moe_wg_item<NW, DN, AS, D, C, W>(p, ring, abuf, row, tl.x, tl.y, tl.z, rb);
     }
 }
 
@@ -313,8 +356,8 @@ __device__ __forceinline__ void moe_wg_dispatch(const moe_params &p, char *ring,
 // gate_up items wait for all zeroing and permuting items; a down item of tile i also for
 // tile i's gate_up items. The deadlock argument of moe_ffn_kernel holds unchanged (items
 // are taken in order; a block holds its current item and one later one).
-template <int NMAX, int AS>
-__global__ void __launch_bounds__(MOE_WG_THREADS, 1) moe_wg_kernel(moe_params p)
+template <int NMAX, int NS, int AS, int D, int C, int W>
+__global__ void __launch_bounds__(W * 32, 1) moe_wg_kernel(moe_params p)
 {
     extern __shared__ uint4 moe_wg_smem[];
     __shared__ int s_item[2];
@@ -325,10 +368,10 @@ __global__ void __launch_bounds__(MOE_WG_THREADS, 1) moe_wg_kernel(moe_params p)
     char *ring = abuf + (AS ? 2 * MOE_WG_ABUF : 0);  // [A buffers (AS)] [ring]
     griddep_wait();
     const int n_tiles = *p.n_tiles;
-    const int rb_gu = p.inter / 16 / MOE_WG_WARPS, rb_dn = p.hidden / 32 / MOE_WG_WARPS;
+    const int rb_gu = p.inter / 16 / W, rb_dn = p.hidden / 32 / W;
     const long long n_ktiles = (long long)p.tokens * p.hidden / 64;
     const int n_z = (int)((p.zero_elems + MOE_ZERO_CHUNK - 1) / MOE_ZERO_CHUNK);
-    const int n_pre = n_z + (int)((n_ktiles + MOE_WG_PERM_KTILES - 1) / MOE_WG_PERM_KTILES);
+    const int n_pre = n_z + (int)((n_ktiles + MOE_WG_PERM_KTILES(W) - 1) / MOE_WG_PERM_KTILES(W));
     const int n_gu = n_tiles * rb_gu, total = n_pre + n_gu + n_tiles * rb_dn;
     if (threadIdx.x == 0) s_item[0] = atomicAdd(p.work, 1);
     __syncthreads();
@@ -339,10 +382,10 @@ __global__ void __launch_bounds__(MOE_WG_THREADS, 1) moe_wg_kernel(moe_params p)
         if (item < n_pre) {
             if (item < n_z) {
                 const size_t base = (size_t)item * MOE_ZERO_CHUNK;
-                for (int i = threadIdx.x * 4; i < MOE_ZERO_CHUNK; i += MOE_WG_THREADS * 4)
+                for (int i = threadIdx.x * 4; i < MOE_ZERO_CHUNK; i += W * 32 * 4)
                     if (base + i < p.zero_elems) *(float4 *)(p.out + base + i) = make_float4(0, 0, 0, 0);
             } else {
-                moe_wg_permute(p, (long long)(item - n_z) * MOE_WG_PERM_KTILES, n_ktiles);
+                moe_wg_permute<W>(p, (long long)(item - n_z) * MOE_WG_PERM_KTILES(W), n_ktiles);
             }
             __syncthreads();
             if (threadIdx.x == 0) add_release(p.work + 1, 1);
@@ -369,9 +412,9 @@ __global__ void __launch_bounds__(MOE_WG_THREADS, 1) moe_wg_kernel(moe_params p)
         }
         __syncthreads();
         if (dn) {
-            moe_wg_dispatch<true, AS>(p, ring, abuf, s_row, tl, rb);
+            moe_wg_dispatch<true, AS, NMAX, NS, D, C, W>(p, ring, abuf, s_row, tl, rb);
         } else {
-            moe_wg_dispatch<false, AS>(p, ring, abuf, s_row, tl, rb);
+            moe_wg_dispatch<false, AS, NMAX, NS, D, C, W>(p, ring, abuf, s_row, tl, rb);
             if (threadIdx.x == 0) add_release(p.done + ti, 1);
         }
     }
@@ -381,7 +424,15 @@ __global__ void __launch_bounds__(MOE_WG_THREADS, 1) moe_wg_kernel(moe_params p)
 
 size_t moe_wg_dyn_smem(int nmax, int a_smem) { return nb_moe_wg_smem_bytes(nmax, a_smem) + 1024; }
 
-template <int NMAX, int AS>
+// Dynamic shared memory of a block of w warps (the ring, the expanded-A buffers, 1 KB of
+// alignment slack); for w == NB_MOE_WG_WARPS the same as moe.h's nb_moe_wg_smem_bytes + 1024.
+static size_t moe_wg_dyn_smem_w(int nmax, int a_smem, int w)
+{
+    const size_t stage = (size_t)MOE_WG_STAGE_BYTES(nmax, w);
+    return (size_t)MOE_WG_RING(a_smem, w) * stage + (a_smem ? 2u * MOE_WG_ABUF : 0u) + 1024u;
+}
+
+template <int NMAX, int NS, int AS, int D, int C, int W>
 static nb_status moe_launch_wg_t(const moe_params &p, int sms, cudaStream_t st)
 {
     static int per_sm = 0, optin = 0, major = 0, minor = 0;
@@ -395,22 +446,25 @@ static nb_status moe_launch_wg_t(const moe_params &p, int sms, cudaStream_t st)
     if (major != 9 || minor != 0)
         return nb_error(NB_ERR_UNSUPPORTED, "moe: the wgmma kernel needs an sm_90 device (H100/H200), this is sm_%d%d",
                         major, minor);
-    const size_t dyn = moe_wg_dyn_smem(NMAX, AS);
-    const size_t smem = nb_moe_wg_smem_total(NMAX, AS);  // = dyn + s_row + s_item
-    NB_ASSERT(smem == dyn + sizeof(long long) * NMAX + 2 * sizeof(int));
+    if ((p.inter / 16) % W || (p.hidden / 32) % W)
+        return nb_error(NB_ERR_UNSUPPORTED, "moe: wgmma kernel of %d warps needs inter %% %d == 0 and hidden %% %d == 0 "
+                        "(inter %d, hidden %d)", W, 16 * W, 32 * W, p.inter, p.hidden);
+    const size_t dyn = moe_wg_dyn_smem_w(NMAX, AS, W);
+    const size_t smem = dyn + sizeof(long long) * NMAX + 2 * sizeof(int);  // + s_row + s_item
+    NB_ASSERT(W != NB_MOE_WG_WARPS || smem == nb_moe_wg_smem_total(NMAX, AS));
     if (smem > (size_t)optin)
         return nb_error(NB_ERR_UNSUPPORTED,
-                        "moe: wgmma kernel with %d-token tiles needs %zu bytes of shared memory, the device allows %d "
-                        "per block",
-                        NMAX, smem, optin);
+                        "moe: wgmma kernel with %d-token tiles and %d warps needs %zu bytes of shared memory, the "
+                        "device allows %d per block",
+                        NMAX, W, smem, optin);
     if (!per_sm) {
-        NB_CUDA_TRY(cudaFuncSetAttribute(moe_wg_kernel<NMAX, AS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn));
-        NB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_wg_kernel<NMAX, AS>, MOE_WG_THREADS, dyn));
+        NB_CUDA_TRY(cudaFuncSetAttribute(moe_wg_kernel<NMAX, NS, AS, D, C, W>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn));
+        NB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_wg_kernel<NMAX, NS, AS, D, C, W>, W * 32, dyn));
         if (per_sm < 1) return nb_error(NB_ERR_CUDA, "moe: wgmma kernel<%d> cannot be resident", NMAX);
     }
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)(sms * per_sm));
-    cfg.blockDim = dim3(MOE_WG_THREADS);
+    cfg.blockDim = dim3(W * 32);
     cfg.dynamicSmemBytes = dyn;
     cfg.stream = st;
     cudaLaunchAttribute at[1] = {};
@@ -418,17 +472,82 @@ static nb_status moe_launch_wg_t(const moe_params &p, int sms, cudaStream_t st)
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = 1;
-    NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, moe_wg_kernel<NMAX, AS>, p));
+    NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, moe_wg_kernel<NMAX, NS, AS, D, C, W>, p));
     return NB_OK;
+}
+
+// The compiled variants of the many-token kernel: tile width NW, remainder width NS (0: none,
+// -1: the second session's narrowest-of-four), A in shared memory, k-steps in flight D,
+// accumulator chains C. Which one a step runs: moe_wg_pick.
+typedef nb_status (*moe_wg_launch_fn)(const moe_params &, int, cudaStream_t);
+struct moe_wg_variant {
+    int nw, ns, as, d, c, w;
+    moe_wg_launch_fn fn;
+};
+#define MOE_WG_V(NW, NS, AS, D, C, W) {NW, NS, AS, D, C, W, moe_launch_wg_t<NW, NS, AS, D, C, W>}
+static const moe_wg_variant moe_wg_variants[] = {
+    MOE_WG_V(64, -1, 0, 2, 1, 8),  MOE_WG_V(64, -1, 1, 2, 1, 8),  // old: registers / shared-memory A
+    MOE_WG_V(16, 0, 0, 2, 1, 8),   MOE_WG_V(32, 0, 0, 2, 1, 8),   MOE_WG_V(48, 0, 0, 2, 1, 8),
+    MOE_WG_V(48, 0, 0, 4, 2, 8),   MOE_WG_V(64, 16, 0, 2, 1, 8),  MOE_WG_V(16, 0, 0, 2, 1, 16),
+    MOE_WG_V(32, 0, 0, 2, 1, 16),  MOE_WG_V(48, 0, 0, 2, 1, 16),  MOE_WG_V(32, 16, 0, 2, 1, 16),
+    MOE_WG_V(48, 32, 0, 2, 1, 16),
+};
+
+static int moe_wg_env_int(const char *name, int dflt)
+{
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : dflt;
+}
+
+// 1 for the second session's kernel (NIBBLE_MOE_WG=old, or A in shared memory), which cuts
+// 64-token tiles and picks the width per tile.
+static int moe_wg_old(int *as)
+{
+    const char *a = getenv("NIBBLE_MOE_WG_A"), *wg = getenv("NIBBLE_MOE_WG");
+    *as = a && !strcmp(a, "smem");
+    return *as || (wg && !strcmp(wg, "old"));
+}
+
+int moe_wg_tile_tokens(double tokens_per_expert)
+{
+    int as;
+    if (moe_wg_old(&as)) return NB_MOE_WG_TILE;
+    const int forced = moe_wg_env_int("NIBBLE_MOE_WG_N", 0);
+    if (forced == 16 || forced == 32 || forced == 48 || forced == 64) return forced;
+    // The tile holds most experts' tokens, so few experts pay for their weights twice (H200,
+    // GLM-5 layer: 256 tokens 16, 512 tokens 32, 1000-1024 tokens 48, 2048 tokens the old
+    // kernel's 64; the bounds between those points were not measured).
+    const double t = tokens_per_expert;
+    return t <= 10.0 ? 16 : t <= 24.0 ? 32 : t <= 36.0 ? 48 : 64;
 }
 
 nb_status moe_launch_wg(const moe_params &p, int nmax, int sms, cudaStream_t st)
 {
-    if (nmax != NB_MOE_WG_TILE)
-        return nb_error(NB_ERR_INVALID_ARG, "moe: wgmma tiles of %d tokens (built for %d)", nmax, NB_MOE_WG_TILE);
-    // Where wgmma reads the expanded weights: registers (default), or shared memory with
-    // NIBBLE_MOE_WG_A=smem (A/B runs; measured slower on the H200, docs/moe-kernels.md).
-    const char *env = getenv("NIBBLE_MOE_WG_A");
-    if (env && !strcmp(env, "smem")) return moe_launch_wg_t<NB_MOE_WG_TILE, 1>(p, sms, st);
-    return moe_launch_wg_t<NB_MOE_WG_TILE, 0>(p, sms, st);
+    int as, nw = nmax, ns, d, c, w;
+    if (moe_wg_old(&as)) {
+        if (nmax != NB_MOE_WG_TILE)
+            return nb_error(NB_ERR_INVALID_ARG, "moe: the old wgmma kernel takes %d-token tiles, not %d",
+                            NB_MOE_WG_TILE, nmax);
+        ns = -1, d = 2, c = 1, w = NB_MOE_WG_WARPS;
+    } else {
+        // Per tile width: 16 warps where the shape allows it (inter % 256, hidden % 512), the
+        // remainder tiles of 32- and 48-token tiles at 16 and 32 (measured best at 512 and
+        // 1000 tokens), else the 8-warp kernel of the same width; 64-token tiles: the old
+        // kernel's narrowest-of-four widths.
+        const int w16 = p.inter % 256 == 0 && p.hidden % 512 == 0;
+        w = nw < 64 && w16 ? 16 : 8;
+        ns = nw == 64 ? -1 : w == 16 && nw >= 32 ? nw - 16 : 0, d = 2, c = 1;
+        ns = moe_wg_env_int("NIBBLE_MOE_WG_NS", ns);
+        d = moe_wg_env_int("NIBBLE_MOE_WG_D", d);
+        c = moe_wg_env_int("NIBBLE_MOE_WG_C", c);
+        w = moe_wg_env_int("NIBBLE_MOE_WG_W", w);
+    }
+    for (size_t i = 0; i < sizeof moe_wg_variants / sizeof moe_wg_variants[0]; i++) {
+        const moe_wg_variant *v = &moe_wg_variants[i];
+        if (v->nw == nw && v->ns == ns && v->as == as && v->d == d && v->c == c && v->w == w) return v->fn(p, sms, st);
+    }
+    return nb_error(NB_ERR_INVALID_ARG,
+                    "moe: no wgmma kernel built for %d-token tiles, remainder width %d, depth %d, %d chains, %d warps "
+                    "(NIBBLE_MOE_WG_N / _NS / _D / _C / _W)",
+                    nw, ns, d, c, w);
 }

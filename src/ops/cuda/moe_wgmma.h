@@ -1,0 +1,13 @@
+// Host-side choices of the wgmma MoE kernel (ops/cuda/moe_wgmma.cu) that its caller
+// (moe_ffn.cu) needs before launching it: the token-tile width the routing kernel cuts.
+// C++ (nvcc) only, like moe_dev.h. Exercised by tests/cuda_moe/test_moe.c (kernel "wgmma")
+// and nibble bench-moe --kernel wgmma.
+#ifndef NB_OPS_CUDA_MOE_WGMMA_H
+#define NB_OPS_CUDA_MOE_WGMMA_H
+
+// Tokens per tile (16, 32, 48 or 64) for a step with `tokens_per_expert` slots per expert on
+// average; moe_launch_wg must then be called with this nmax. NIBBLE_MOE_WG=old (or
+// NIBBLE_MOE_WG_A=smem) gives the second session's 64; NIBBLE_MOE_WG_N forces a width.
+int moe_wg_tile_tokens(double tokens_per_expert);
+
+#endif
