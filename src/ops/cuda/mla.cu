@@ -526,7 +526,8 @@ extern "C" int nb_cuda_mla_kernel(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_t
     /* automatic: on the H200 at context 256 (bench/RESULTS.md) the float32 kernel is faster
      * at 1 and 10 tokens (KV-split batches), the tensor-core ones at 1000; the switch is where
      * the float32 kernel stops splitting (a function of the token count only, so a captured
-     * graph keeps its kernel). Between 10 and 1000 tokens not measured. */
+     * graph keeps its kernel). Between 10 and 64 tokens not measured; the decode kernel beat
+     * the mma kernel at 64, 256 and 1000 tokens (contexts 256 and 2048). */
     if ((int64_t)n_tokens * ((d->n_heads + MLA_G - 1) / MLA_G) < nb_cuda_st(ctx)->sm_count) return NB_CUDA_MLA_F32;
     return dec_ok ? NB_CUDA_MLA_DEC : mma_ok ? NB_CUDA_MLA_MMA : NB_CUDA_MLA_F32;
 }
