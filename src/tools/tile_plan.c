@@ -86,6 +86,12 @@ nb_status nb_tile_print_table(FILE *f, int sm)
     wg.name = "moe wgmma, A in regs";
     wg.extra = nb_moe_wg_smem_total(NB_MOE_WG_TILE, 0);
     row(f, &wg, lim);
+    /* Its 16-warp blocks (4 stages), per token-tile width; m = 16 warps x 2 row tiles x 16. */
+    for (int r = 0; r < 4; r++) {
+        nb_tile_config c = {"moe wgmma 16 warps", 16 * 2 * 16, 16 * (r + 1), 128, 0.5625, 2.0, 16, 0, NB_EPI_NONE,
+                            nb_moe_wg16_smem_total(16 * (r + 1))};
+        row(f, &c, lim);
+    }
 
     /* Block-scaled FP4 x FP4 tiles (NVFP4, 16-element scale vectors), as CUTLASS's SM100/SM120
      * grouped GEMMs lay them out: the seeds' candidates. */

@@ -31,6 +31,12 @@ static void test_sums(void)
     NB_CHECK(nb_moe_wg_smem_total(64, 0) == 5 * (16384 + 20480) + 1024 + 512 + 8);
     NB_CHECK(nb_moe_wg_smem_total(64, 1) <= nb_tile_smem_limit(90));
     NB_CHECK(nb_moe_wg_smem_total(64, 0) > nb_tile_smem_limit(120));
+    /* Its 16-warp blocks: 4 stages of tokens + 16 warps x 2.5 KiB; even 64-token tiles fit
+     * sm_90 (225.5 KiB), none sm_120. */
+    NB_CHECK(nb_moe_wg16_smem_total(48) == 4 * (12288 + 40960) + 1024 + 384 + 8);
+    NB_CHECK(nb_moe_wg16_smem_total(64) == 4 * (16384 + 40960) + 1024 + 512 + 8);
+    NB_CHECK(nb_moe_wg16_smem_total(64) <= nb_tile_smem_limit(90));
+    NB_CHECK(nb_moe_wg16_smem_total(16) > nb_tile_smem_limit(120));
 }
 
 static void test_table(void)
@@ -46,6 +52,7 @@ static void test_table(void)
     NB_CHECK(strstr(buf, "unusable here") != NULL);
     NB_CHECK(strstr(buf, "moe stream (8 tokens)") != NULL);
     NB_CHECK(strstr(buf, "moe wgmma, A in smem") != NULL);
+    NB_CHECK(strstr(buf, "moe wgmma 16 warps") != NULL);
     free(buf);
     fclose(f);
     NB_CHECK_STATUS(nb_tile_print_table(stdout, 7), NB_ERR_INVALID_ARG);

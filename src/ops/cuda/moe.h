@@ -17,7 +17,7 @@
  *           tokens, codes and scales through a cp.async ring in shared memory; an expert's
  *           tiles run side by side so its weights come from HBM about once.
  * All run as one persistent kernel per step after a one-block routing kernel: blocks of 4
- * warps (8 for wgmma) take items (tile, row-tile pairs) from a counter, gate_up items first; K is split
+ * warps (8 or 16 for wgmma) take items (tile, row-tile pairs) from a counter, gate_up items first; K is split
  * over 1, 2 or 4 warps per pair depending on how many experts the step touches, so that
  * all touched experts' work covers every SM (NIBBLE_MOE_KSPLIT=1|2|4 forces the split).
  * Tests: tests/cuda_moe/test_moe.c (ctest -L gpu). Benchmark: nibble bench-moe. */
@@ -81,6 +81,14 @@ static inline size_t nb_moe_wg_smem_bytes(int nmax, int a_smem)
 static inline size_t nb_moe_wg_smem_total(int nmax, int a_smem)
 {
     return nb_moe_wg_smem_bytes(nmax, a_smem) + 1024u + 8u * (size_t)nmax + 8u;
+}
+/* The same for the wgmma kernel's 16-warp blocks (four warpgroups, A in registers, 4 stages
+ * of 128 * 2 * nmax + 16 * 2560 bytes; moe_launch_wg uses them for 16-48-token tiles; 64
+ * would fit sm_90 too, 225.5 KiB, but not 128 registers per thread). */
+#define NB_MOE_WG16_STAGES 4
+static inline size_t nb_moe_wg16_smem_total(int nmax)
+{
+    return (size_t)NB_MOE_WG16_STAGES * (128u * 2u * (size_t)nmax + 16u * 2560u) + 1024u + 8u * (size_t)nmax + 8u;
 }
 
 /* Bytes of the repacked weight codes and scales of one [n, k] matrix (the same as the

@@ -49,7 +49,7 @@
 
 // W warps per block: NB_MOE_WG_WARPS (8, two warpgroups) or 16 (four warpgroups, at most
 // 128 registers per thread, four warps per scheduler to hide the expansion's latencies).
-#define MOE_WG_RING(as, w) ((as) ? NB_MOE_WG_SS_STAGES : (w) > 8 ? 4 : NB_MOE_WG_STAGES)  // ring stages
+#define MOE_WG_RING(as, w) ((as) ? NB_MOE_WG_SS_STAGES : (w) > 8 ? NB_MOE_WG16_STAGES : NB_MOE_WG_STAGES)
 #define MOE_WG_ABUF 32768  // one k-tile of expanded A: 2 warpgroups x (gate, up) x 64 rows x 128 B
 #define MOE_WG_SLICE 128                                  // k per ring stage (two k-tiles)
 #define MOE_WG_PERM_KTILES(w) ((w) * 64)                  // 64-wide k-tiles of x one permuting item rewrites
@@ -425,7 +425,8 @@ __global__ void __launch_bounds__(W * 32, 1) moe_wg_kernel(moe_params p)
 size_t moe_wg_dyn_smem(int nmax, int a_smem) { return nb_moe_wg_smem_bytes(nmax, a_smem) + 1024; }
 
 // Dynamic shared memory of a block of w warps (the ring, the expanded-A buffers, 1 KB of
-// alignment slack); for w == NB_MOE_WG_WARPS the same as moe.h's nb_moe_wg_smem_bytes + 1024.
+// alignment slack); what moe.h's nb_moe_wg_smem_total / nb_moe_wg16_smem_total (nibble
+// plan-tiles) count, less the static row offsets and item slots.
 static size_t moe_wg_dyn_smem_w(int nmax, int a_smem, int w)
 {
     const size_t stage = (size_t)MOE_WG_STAGE_BYTES(nmax, w);
@@ -451,7 +452,7 @@ static nb_status moe_launch_wg_t(const moe_params &p, int sms, cudaStream_t st)
                         "(inter %d, hidden %d)", W, 16 * W, 32 * W, p.inter, p.hidden);
     const size_t dyn = moe_wg_dyn_smem_w(NMAX, AS, W);
     const size_t smem = dyn + sizeof(long long) * NMAX + 2 * sizeof(int);  // + s_row + s_item
-    NB_ASSERT(W != NB_MOE_WG_WARPS || smem == nb_moe_wg_smem_total(NMAX, AS));
+    NB_ASSERT(smem == (W == 16 ? nb_moe_wg16_smem_total(NMAX) : nb_moe_wg_smem_total(NMAX, AS)));
     if (smem > (size_t)optin)
         return nb_error(NB_ERR_UNSUPPORTED,
                         "moe: wgmma kernel with %d-token tiles and %d warps needs %zu bytes of shared memory, the "
