@@ -739,16 +739,20 @@ static void test_attention(void)
 
 /* One MLA call on both backends. Batches: 0: two sequences, 6 tokens (the decode-sized batch:
  * KV splits merged); 1: three sequences, 141 tokens (one block per token and head group);
- * 2: three single-token sequences up to position 300 (decode). reg: kv_b registered first
- * (resident form) instead of prepared per call. BF16 and NVFP4 kv_b run the BF16 GEMMs with
- * two-term activations (NB_TOL_LT_BF16W), F32 and FP8 the F32 GEMMs (NB_TOL_F32). */
+ * 2: three single-token sequences up to position 300 (decode); 3: 32 tokens (16 + 15 new
+ * after 0 and 40, one decode at 300: the small path's largest bucket); 4: one decode token at
+ * position 500. reg: kv_b registered first (resident form) instead of prepared per call.
+ * BF16 and NVFP4 kv_b run the BF16 GEMMs with two-term activations (NB_TOL_LT_BF16W), F32 and
+ * FP8 the F32 GEMMs (NB_TOL_F32); the small path (mla.h) is float32 with the weights taken
+ * exactly, so NB_TOL_F32 for every format. */
 static void mla_case_ex(nb_mla_mode mode, int sparse, nb_wfmt kvfmt, nb_mla_dims d, int batch, int reg)
 {
     /* registered cases use 16-byte aligned pool rows (the kernel's 16-byte copies), the
      * others rows of an odd width (4-byte copies) */
     const int rows = 1000, rw = d.kv_lora_rank + d.qk_rope + (reg ? 8 : 7), qk = d.qk_nope + d.qk_rope;
-    int n_new[3][3] = {{5, 1, 0}, {100, 40, 1}, {1, 1, 1}}, n_past[3][3] = {{3, 200, 0}, {0, 60, 700}, {0, 37, 300}};
-    const int nseq = batch == 0 ? 2 : 3;
+    int n_new[5][3] = {{5, 1, 0}, {100, 40, 1}, {1, 1, 1}, {16, 15, 1}, {1, 0, 0}},
+        n_past[5][3] = {{3, 200, 0}, {0, 60, 700}, {0, 37, 300}, {0, 40, 300}, {500, 0, 0}};
+    const int nseq = batch == 0 ? 2 : batch == 4 ? 1 : 3;
     tu_index ix;
     tu_index_make(&ix, nseq, n_new[batch], n_past[batch], rows);
     const int T = ix.T;
@@ -781,12 +785,16 @@ static void mla_case_ex(nb_mla_mode mode, int sparse, nb_wfmt kvfmt, nb_mla_dims
     tu_down(&dout, ob);
     char name[128];
     const int mma = nb_cuda_mla_uses_mma(tu_gpu, &d, T);
-    snprintf(name, sizeof name, "mla%s %s%s kv_b %s%s, %d heads, rank %d, T=%d", mma ? " mma" : "",
+    int merge = 0, pdl = 0;
+    const int small = nb_cuda_mla_uses_small(&d, kvb.d.data, T, &merge, &pdl);
+    snprintf(name, sizeof name, "mla%s%s%s%s %s%s kv_b %s%s, %d heads, rank %d, T=%d", mma ? " mma" : "",
+             small ? " small" : "", small ? (merge == NB_CUDA_MLA_MERGE_KERNEL ? "+merge" : "+fold") : "",
+             small && pdl ? "+pdl" : "",
              mode == NB_MLA_NAIVE ? "naive" : "absorbed", sparse ? " sparse" : "", tu_fmt_name(kvfmt),
              reg ? " (registered)" : "", d.n_heads, d.kv_lora_rank, T);
     const int bf16_gemm = kvfmt == NB_WFMT_BF16 || kvfmt == NB_WFMT_NVFP4;
     /* the tensor-core kernel rounds q, the latent rows and the probabilities to BF16 */
-    tu_compare(name, o, ob, on, mma ? NB_TOL_BF16 : bf16_gemm ? NB_TOL_LT_BF16W : NB_TOL_F32);
+    tu_compare(name, o, ob, on, mma ? NB_TOL_BF16 : bf16_gemm && !small ? NB_TOL_LT_BF16W : NB_TOL_F32);
     /* registered forms are keyed by the weight's address, which tu_free_all hands back */
     if (reg) nb_cuda_mla_release(tu_gpu);
     free(pool), free(q), free(o), free(ob), free(sp), free(sc);
@@ -800,10 +808,14 @@ static void mla_case(nb_mla_mode mode, int sparse, nb_wfmt kvfmt)
     mla_case_ex(mode, sparse, kvfmt, d, 0, 0);
 }
 
-/* Every case on one attention kernel (mla.h: NB_CUDA_MLA_F32 / NB_CUDA_MLA_MMA). */
-static void mla_cases(int kernel)
+/* Every case on one attention kernel (mla.h: NB_CUDA_MLA_F32 / NB_CUDA_MLA_MMA) and one
+ * absorption path (small: 0 the batched GEMMs, 1 the small path up to 32 tokens; merge:
+ * NB_CUDA_MLA_MERGE_* or -1 automatic; pdl: programmatic dependent launches or plain). */
+static void mla_cases(int kernel, int small, int merge, int pdl)
 {
     nb_cuda_mla_force_kernel(kernel);
+    nb_cuda_mla_force_f32_heads(0);
+    nb_cuda_mla_force_small(small ? NB_CUDA_MLA_SMALL_MAX : 0, merge, pdl);
     tu_seed(14);
     mla_case(NB_MLA_ABSORBED, 0, NB_WFMT_BF16);
     mla_case(NB_MLA_NAIVE, 0, NB_WFMT_BF16);
@@ -819,18 +831,37 @@ static void mla_cases(int kernel)
     mla_case_ex(NB_MLA_ABSORBED, 1, NB_WFMT_FP8_BLOCK, glm5, 0, 1);
     mla_case_ex(NB_MLA_ABSORBED, 0, NB_WFMT_BF16, tiny, 1, 0); /* the fixtures' shapes */
     mla_case_ex(NB_MLA_ABSORBED, 0, NB_WFMT_F32, glm5, 1, 0);  /* GLM-5's shapes, 141 tokens */
+    mla_case_ex(NB_MLA_ABSORBED, 0, NB_WFMT_BF16, glm5, 3, 1); /* 32 tokens */
+    mla_case_ex(NB_MLA_ABSORBED, 1, NB_WFMT_NVFP4, glm5, 3, 0);
+    mla_case_ex(NB_MLA_ABSORBED, 0, NB_WFMT_BF16, glm5, 4, 1); /* one token: 64 KV splits */
+    mla_case_ex(NB_MLA_ABSORBED, 0, NB_WFMT_F32, glm5, 4, 0);
     /* the op in token tiles of 50 (as a long prefill runs): 141 tokens in three passes */
     nb_cuda_mla_force_token_tile(50);
     mla_case_ex(NB_MLA_ABSORBED, 1, NB_WFMT_NVFP4, d8, 1, 1);
     mla_case_ex(NB_MLA_ABSORBED, 0, NB_WFMT_F32, glm5, 1, 0);
     nb_cuda_mla_force_token_tile(0);
     nb_cuda_mla_force_kernel(-1);
+    nb_cuda_mla_force_small(-1, -1, -1);
 }
 
 static void test_mla(void)
 {
-    mla_cases(NB_CUDA_MLA_F32);
-    mla_cases(NB_CUDA_MLA_MMA); /* tiny's rank 32 and every other shape here take it */
+    mla_cases(NB_CUDA_MLA_F32, 0, -1, 0);
+    mla_cases(NB_CUDA_MLA_MMA, 0, -1, 0); /* tiny's rank 32 and every other shape here take it */
+    mla_cases(NB_CUDA_MLA_F32, 1, NB_CUDA_MLA_MERGE_FOLD, 1);
+    mla_cases(NB_CUDA_MLA_F32, 1, NB_CUDA_MLA_MERGE_KERNEL, 1);
+    mla_cases(NB_CUDA_MLA_F32, 1, -1, 0);
+    mla_cases(NB_CUDA_MLA_MMA, 1, -1, 1);
+    /* the float32 kernel with 4 heads per warp (the others ran its default, 2) */
+    nb_cuda_mla_force_f32_heads(4);
+    mla_case(NB_MLA_ABSORBED, 1, NB_WFMT_BF16);
+    nb_cuda_mla_force_kernel(NB_CUDA_MLA_F32);
+    mla_case_ex(NB_MLA_ABSORBED, 0, NB_WFMT_F32, (nb_mla_dims){64, 192, 64, 256, 512}, 1, 0);
+    nb_cuda_mla_force_small(0, -1, -1);
+    mla_case_ex(NB_MLA_ABSORBED, 0, NB_WFMT_BF16, (nb_mla_dims){64, 192, 64, 256, 512}, 2, 1);
+    nb_cuda_mla_force_small(-1, -1, -1);
+    nb_cuda_mla_force_kernel(-1);
+    nb_cuda_mla_force_f32_heads(0);
 }
 
 /* Host recomputation of a DSA score in double, to judge a disagreement as a near-tie. */

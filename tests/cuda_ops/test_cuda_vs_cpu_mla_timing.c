@@ -1,14 +1,22 @@
 /* MLA op timing on GLM-5's attention shapes (64 heads, nope 192, rope 64, v 256, rank 512,
  * BF16 kv_b as the checkpoints and synthetic:glm5 store it): one decode token per sequence
- * at context CTX (default 256), batches 1, 10 and 1000. Each batch is first checked against
- * the CPU op (batches <= 10; normalized error, the registry test's tolerance), then timed:
+ * at context CTX (default 256), batches BATCHES (default 1,10,1000). A batch of up to 32
+ * tokens runs seven ways on the same inputs (mla.h nb_cuda_mla_force_small, _f32_heads): the
+ * batched-GEMM path (small path off) with the float32 attention kernel at 4 heads per warp
+ * (as before 2026-11-30) and at 2; the small path of mla_small.cu (merge form by token count,
+ * plain launches, 2 heads per warp); the same with 4 heads per warp; with programmatic
+ * dependent launches; with the merge as its own kernel; with the merge folded into the output
+ * step. Which of these runs by default at each token count is in mla.h. A larger batch runs
+ * the float32 and the tensor-core attention kernel. Each is first checked against the CPU op (batches <= 32;
+ * normalized error, the registry test's tolerance), then timed:
  * wall time of N calls through nb_op_mla_attention with a sync at the end (launch costs
  * included, as in an eager forward step), then as a captured CUDA graph replayed N times
  * (the device time of a decode step under graphs), printed with the bytes and FLOPs one call
  * must move.
  * Built against the library before the MLA rewrite with -DNB_MLA_TIMING_OLD (no
  * registration) for the before/after table in bench/RESULTS.md.
- * Run on the GPU machine: build-<name>/tests/test_cuda_vs_cpu_mla_timing [ctx]. */
+ * Run on the GPU machine: build-<name>/tests/test_cuda_vs_cpu_mla_timing [ctx [batches]],
+ * e.g. `test_cuda_vs_cpu_mla_timing 256 1,2,10,32`. */
 #include <cuda_runtime.h>
 #include <string.h>
 
@@ -24,7 +32,8 @@
 #define F32 NB_DTYPE_F32
 
 /* One enqueue to time: the whole op, or (after the rewrite) its two absorption GEMMs alone
- * on buffers of the op's shapes and layouts. */
+ * on buffers of the op's shapes and layouts (gemms_only 1), or the small path's two
+ * absorption kernels alone (gemms_only 2: ql and o2 as q_lat and o_lat, [H][T][rank]). */
 typedef struct mla_call {
     int gemms_only;
     const nb_mla_dims *d;
@@ -46,6 +55,11 @@ static nb_status enqueue(const mla_call *c)
 #ifdef NB_MLA_TIMING_OLD
     return NB_ERR_UNSUPPORTED;
 #else
+    if (c->gemms_only == 2) {
+        const nb_cuda_mla_w w = {c->kv_b->data, (void *)c->kv_b->data, 1, 0, 1.0f};
+        NB_TRY(nb_cuda_mla_small_in(tu_gpu, c->d, &w, c->q, c->ql));
+        return nb_cuda_mla_small_out(tu_gpu, c->d, &w, c->o2, NULL, 1, 0, c->out);
+    }
     const int r = c->d->kv_lora_rank, nope = c->d->qk_nope, vd = c->d->v_dim, H = c->d->n_heads, T2 = 2 * c->T;
     const int64_t hs = nope + vd;
     NB_TRY(nb_cuda_mla_gemm(tu_gpu, 1, 0, r, T2, nope, c->kv_b->data, r, hs * r, c->qb, nope, (int64_t)T2 * nope, c->ql,
@@ -80,7 +94,11 @@ static double graph_ms(const mla_call *c, int iters)
     return gms;
 }
 
-static void time_batch(int B, int ctx, nb_wfmt fmt, int kernel)
+/* small: 0 the batched-GEMM path; 1 the small path (merge form by token count, plain
+ * launches); 2 the same with programmatic dependent launches; 3 with the merge kernel; 4 with
+ * the merge folded; -1 (larger batches, old library) none.
+ * hpw: the float32 attention kernel's heads per warp (2 or 4). */
+static void time_batch(int B, int ctx, nb_wfmt fmt, int kernel, int small, int hpw)
 {
     const nb_mla_dims d = {64, 192, 64, 256, 512};
     const int qk = d.qk_nope + d.qk_rope, rw = d.kv_lora_rank + d.qk_rope;
@@ -123,21 +141,35 @@ static void time_batch(int B, int ctx, nb_wfmt fmt, int kernel)
     dout.data = tu_poisoned(on * 4);
     dout.device = NB_DEVICE_CUDA;
     const float scale = 0.0625f;
-    const char *kname = "";
+    char kname[48] = "";
+    int is_small = 0, is_mma = 0;
 #ifndef NB_MLA_TIMING_OLD
     NB_CHECK_OK(nb_cuda_mla_register(tu_gpu, &kvb.d, &d));
     nb_cuda_mla_force_kernel(kernel);
-    kname = nb_cuda_mla_uses_mma(tu_gpu, &d, B) ? " mma" : " f32";
+    nb_cuda_mla_force_f32_heads(hpw);
+    if (small >= 0)
+        nb_cuda_mla_force_small(small ? NB_CUDA_MLA_SMALL_MAX : 0,
+                                small == 3   ? NB_CUDA_MLA_MERGE_KERNEL
+                                : small == 4 ? NB_CUDA_MLA_MERGE_FOLD
+                                             : -1,
+                                small == 2 ? 1 : -1);
+    is_mma = nb_cuda_mla_uses_mma(tu_gpu, &d, B);
+    int merge = 0, pdl = 0;
+    is_small = nb_cuda_mla_uses_small(&d, kvb.d.data, B, &merge, &pdl);
+    snprintf(kname, sizeof kname, " %s%s%s%s%s", is_mma ? "mma" : "f32", is_mma ? "" : hpw == 4 ? "/h4" : "/h2",
+             is_small ? " small" : B <= NB_CUDA_MLA_SMALL_MAX ? " gemm" : "",
+             is_small ? (merge == NB_CUDA_MLA_MERGE_KERNEL ? "+merge" : "+fold") : "", is_small && pdl ? "+pdl" : "");
 #else
-    (void)kernel;
+    (void)kernel, (void)small, (void)hpw;
 #endif
     NB_CHECK_OK(nb_op_mla_attention(tu_gpu, NB_MLA_ABSORBED, &d, &dq, &dl, &dp, &kvb.d, &di, NULL, scale, &dout));
-    if (B <= 10) {
+    if (B <= 32) {
         NB_CHECK_OK(nb_op_mla_attention(tu_cpu, NB_MLA_ABSORBED, &d, &hq, &hl, &hp, &kvb.h, &hi, NULL, scale, &ho));
         tu_down(&dout, ob);
         char name[96];
         snprintf(name, sizeof name, "mla timing check%s B=%d ctx %d kv_b %s", kname, B, ctx, tu_fmt_name(fmt));
-        tu_compare(name, o, ob, on, !strcmp(kname, " mma") ? NB_TOL_BF16 : NB_TOL_LT_BF16W);
+        /* the small path is float32 throughout with BF16 weights taken exactly */
+        tu_compare(name, o, ob, on, is_mma ? NB_TOL_BF16 : is_small ? NB_TOL_F32 : NB_TOL_LT_BF16W);
     }
     const int iters = B >= 1000 ? 10 : 50;
     for (int i = 0; i < 3; i++)
@@ -165,6 +197,20 @@ static void time_batch(int B, int ctx, nb_wfmt fmt, int kernel)
 #ifndef NB_MLA_TIMING_OLD
     /* the two absorption GEMMs alone: the rest of the graph time is the attention kernel,
      * the split merge and the BF16 split / sum kernels */
+    if (is_small) {
+        /* the two absorption kernels alone (no merge): the rest is the attention kernel */
+        call.gemms_only = 2;
+        call.ql = tu_poisoned((size_t)d.n_heads * B * d.kv_lora_rank * 4);
+        call.o2 = tu_poisoned((size_t)d.n_heads * B * d.kv_lora_rank * 4);
+        NB_CHECK_OK(nb_ops_memset(tu_gpu, call.o2, 0, (size_t)d.n_heads * B * d.kv_lora_rank * 4));
+        fprintf(stderr, "    mla time%s B=%-5d of which the two absorption kernels alone: %8.3f ms (graph)\n", kname, B,
+                graph_ms(&call, iters));
+        nb_cuda_mla_force_small(-1, -1, -1);
+        nb_cuda_mla_force_f32_heads(0);
+        nb_cuda_mla_force_kernel(-1);
+        nb_cuda_mla_release(tu_gpu);
+        goto done;
+    }
     const int64_t T2 = 2 * (int64_t)B;
     call.gemms_only = 1;
     call.qb = tu_poisoned((size_t)(d.n_heads * T2 * d.qk_nope * 2));
@@ -175,8 +221,11 @@ static void time_batch(int B, int ctx, nb_wfmt fmt, int kernel)
     NB_CHECK_OK(nb_ops_memset(tu_gpu, call.ob, 0, (size_t)(d.n_heads * T2 * d.kv_lora_rank * 2)));
     const double gemm_ms = graph_ms(&call, iters);
     fprintf(stderr, "    mla time%s B=%-5d of which the two batched GEMMs alone: %8.3f ms (graph)\n", kname, B, gemm_ms);
+    nb_cuda_mla_force_small(-1, -1, -1);
+    nb_cuda_mla_force_f32_heads(0);
     nb_cuda_mla_force_kernel(-1);
     nb_cuda_mla_release(tu_gpu);
+done:
 #endif
     free(pool), free(q), free(pos), free(base), free(table), free(perm), free(o), free(ob);
     tu_weight_free(&kvb);
@@ -198,12 +247,34 @@ int main(int argc, char **argv)
         fprintf(stderr, "cannot create contexts: %s\n", nb_last_error());
         return 1;
     }
-    const int batches[] = {1, 10, 1000};
-    /* the float32 kernel (before) and the tensor-core kernel (after) on the same inputs */
-    for (size_t i = 0; i < NB_ARRAY_LEN(batches); i++) {
-        time_batch(batches[i], ctx, NB_WFMT_BF16, 0);
+    int batches[16], nb = 0;
+    for (const char *p = argc > 2 ? argv[2] : "1,10,1000"; *p && nb < 16;) {
+        batches[nb] = atoi(p);
+        if (batches[nb] < 1) {
+            fprintf(stderr, "batches: a comma-separated list of positive counts\n");
+            return 2;
+        }
+        nb++;
+        p = strchr(p, ',');
+        if (!p) break;
+        p++;
+    }
+    for (int i = 0; i < nb; i++) {
 #ifndef NB_MLA_TIMING_OLD
-        time_batch(batches[i], ctx, NB_WFMT_BF16, 1);
+        if (batches[i] <= NB_CUDA_MLA_SMALL_MAX) {
+            /* the batched GEMMs (before), the small path (after) and its variants */
+            time_batch(batches[i], ctx, NB_WFMT_BF16, 0, 0, 4);
+            time_batch(batches[i], ctx, NB_WFMT_BF16, 0, 0, 2);
+            time_batch(batches[i], ctx, NB_WFMT_BF16, 0, 1, 2);
+            time_batch(batches[i], ctx, NB_WFMT_BF16, 0, 1, 4);
+            for (int sm = 2; sm < 5; sm++) time_batch(batches[i], ctx, NB_WFMT_BF16, 0, sm, 2);
+        } else {
+            /* the float32 kernel (before) and the tensor-core kernel (after) on the same inputs */
+            time_batch(batches[i], ctx, NB_WFMT_BF16, 0, -1, 0);
+            time_batch(batches[i], ctx, NB_WFMT_BF16, 1, -1, 0);
+        }
+#else
+        time_batch(batches[i], ctx, NB_WFMT_BF16, 0, -1, 0);
 #endif
     }
     nb_ops_ctx_free(tu_gpu);

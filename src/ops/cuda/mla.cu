@@ -3,10 +3,12 @@
 // The attention kernel works on the latent only, FlashMLA's way: one block per (token, group
 // of 16 heads, KV split); each chunk of 32 attended rows [latent | k_pe] is read once into
 // shared memory and serves all 16 heads (scores: lane = row, 4 heads per warp; weighted sum:
-// 4 latent columns x 16 heads per thread), with an online softmax per head. A decode batch
+// 4 latent columns x 16 heads per thread; or, up to NB_CUDA_MLA_F32_H2_MAX tokens, 2 heads per
+// warp and 8 heads per thread in 8 warps), with an online softmax per head. A decode batch
 // too small to fill the GPU splits each token's rows over blocks (chosen from the token count
 // and SM count only, so a captured graph stays valid as contexts grow); a second kernel
-// merges the splits. The absorption GEMMs around it are batched over heads (mla_gemm.cu).
+// merges the splits. The absorption GEMMs around it are batched over heads (mla_gemm.cu), or
+// at 1-2 tokens kernels of their own that also fold in the merge (mla_small.cu, mla.h).
 // A tensor-core variant of the attention kernel (k_mla_attend_mma, BF16 mma.sync, 32 heads per
 // block) runs where nb_cuda_mla_uses_mma (mla.h) says: NIBBLE_CUDA_MLA=f32|mma, else by
 // token count.
@@ -41,8 +43,17 @@ __device__ __forceinline__ void mla_cp_wait(void)
     asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
 }
 
-__global__ void __launch_bounds__(MLA_THREADS) k_mla_attend(mla_args a)
+// HPW heads per warp for the scores: 4 (4 warps, a thread accumulates 4 latent columns of all
+// 16 heads) or 2 (8 warps, a thread 4 columns of 8 heads): half the serial work per warp and
+// twice the warps per chunk, for the few-chunk blocks of small batches.
+template <int HPW>
+__global__ void __launch_bounds__(32 * MLA_G / HPW) k_mla_attend(mla_args a)
 {
+    constexpr int NW = MLA_G / HPW, NT = 32 * NW, GH = 4 * HPW; /* GH: heads per thread in P.latent */
+    /* launched as a programmatic dependent (the small path, mla.h): everything it reads is the
+     * preceding grids'; then the output step may be scheduled (it waits for this grid). No-ops
+     * on a plain launch. */
+    asm volatile("griddepcontrol.wait;\ngriddepcontrol.launch_dependents;\n" ::: "memory");
     extern __shared__ float4 sh4[];
     const int Dp = a.Dp, D = a.r + a.rope, D4 = D / 4;
     float *qs = (float *)sh4;         /* [G][Dp] */
@@ -57,6 +68,7 @@ __global__ void __launch_bounds__(MLA_THREADS) k_mla_attend(mla_args a)
     const int t = blockIdx.x / groups, h0 = (blockIdx.x - t * groups) * MLA_G, s = blockIdx.y, S = gridDim.y;
     const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
     const int T2 = a.two * a.T;
+    const int ct = tid % MLA_THREADS, hg = (tid / MLA_THREADS) * GH; /* P.latent: columns, first head */
 
     const int pos = a.idx.pos[t], n = mla_count(a, t);
     const int nch = (n + MLA_P - 1) / MLA_P, cps = (nch + S - 1) / S;
@@ -70,7 +82,7 @@ __global__ void __launch_bounds__(MLA_THREADS) k_mla_attend(mla_args a)
     }
     const int r4 = a.r / 4;
 #pragma unroll 4
-    for (int e = tid; e < MLA_G * r4; e += MLA_THREADS) {
+    for (int e = tid; e < MLA_G * r4; e += NT) {
         const int g = e / r4, c4 = e - g * r4, h = h0 + g;
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (h < a.H) {
@@ -84,19 +96,19 @@ __global__ void __launch_bounds__(MLA_THREADS) k_mla_attend(mla_args a)
         *(float4 *)(qs + g * Dp + 4 * c4) = v;
     }
 #pragma unroll 4
-    for (int e = tid; e < MLA_G * a.rope; e += MLA_THREADS) {
+    for (int e = tid; e < MLA_G * a.rope; e += NT) {
         const int g = e / a.rope, c = e - g * a.rope, h = h0 + g;
         qs[g * Dp + a.r + c] = h < a.H ? a.q[(int64_t)t * a.qs0 + (int64_t)h * a.qs1 + a.nope + c] : 0.0f;
     }
-    float m[4], l[4];
+    float m[HPW], l[HPW];
 #pragma unroll
-    for (int j = 0; j < 4; j++) m[j] = -INFINITY, l[j] = 0.0f;
-    float acc[MLA_G][4];
+    for (int j = 0; j < HPW; j++) m[j] = -INFINITY, l[j] = 0.0f;
+    float acc[GH][4];
 #pragma unroll
-    for (int g = 0; g < MLA_G; g++)
+    for (int g = 0; g < GH; g++)
 #pragma unroll
         for (int i = 0; i < 4; i++) acc[g][i] = 0.0f;
-    const int col = tid * 4;
+    const int col = ct * 4;
     const bool has_col = col < a.r;
 
     for (int ch = ch0; ch < ch1; ch++) {
@@ -106,7 +118,7 @@ __global__ void __launch_bounds__(MLA_THREADS) k_mla_attend(mla_args a)
             rowid[tid] = j < n ? (int)mla_row(a, t, j, pos) : -1;
         }
         __syncthreads();
-        for (int p = w; p < MLA_P; p += MLA_THREADS / 32) {
+        for (int p = w; p < MLA_P; p += NW) {
             const int64_t row = rowid[p];
             float *dst = ks + p * Dp;
             if (row < 0) {
@@ -123,44 +135,46 @@ __global__ void __launch_bounds__(MLA_THREADS) k_mla_attend(mla_args a)
         }
         mla_cp_wait();
         __syncthreads();
-        // scores of row `lane` for heads 4w .. 4w+3 (Dp / 4 is odd: conflict-free rows)
-        float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        // scores of row `lane` for heads HPW w .. HPW w + HPW - 1 (Dp / 4 is odd: conflict-free rows)
+        float sc[HPW];
+#pragma unroll
+        for (int j = 0; j < HPW; j++) sc[j] = 0.0f;
         const float4 *kr = (const float4 *)(ks + lane * Dp);
-        const float4 *qr = (const float4 *)(qs + 4 * w * Dp);
+        const float4 *qr = (const float4 *)(qs + HPW * w * Dp);
         const int dq = Dp / 4;
         for (int d4 = 0; d4 < D4; d4++) {
             float4 k = kr[d4];
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
+            for (int j = 0; j < HPW; j++) {
                 float4 q = qr[j * dq + d4];
                 sc[j] += q.x * k.x + q.y * k.y + q.z * k.z + q.w * k.w;
             }
         }
         const bool valid = rowid[lane] >= 0;
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
+        for (int j = 0; j < HPW; j++) {
             float sv = valid ? sc[j] * a.scale : -INFINITY;
             float mn = fmaxf(m[j], nb_d_warp_max(sv));
             float cr = m[j] == -INFINITY ? 0.0f : expf(m[j] - mn);
             float pe = sv == -INFINITY ? 0.0f : expf(sv - mn);
             l[j] = l[j] * cr + nb_d_warp_sum(pe);
             m[j] = mn;
-            ps[lane * MLA_G + 4 * w + j] = pe;
-            if (lane == 0) corr[4 * w + j] = cr;
+            ps[lane * MLA_G + HPW * w + j] = pe;
+            if (lane == 0) corr[HPW * w + j] = cr;
         }
         __syncthreads();
         if (has_col) {
 #pragma unroll
-            for (int g = 0; g < MLA_G; g++) {
-                float cr = corr[g];
+            for (int g = 0; g < GH; g++) {
+                float cr = corr[hg + g];
 #pragma unroll
                 for (int i = 0; i < 4; i++) acc[g][i] *= cr;
             }
             for (int p = 0; p < MLA_P; p++) {
                 float4 k = *(const float4 *)(ks + p * Dp + col);
-                const float4 *pp = (const float4 *)(ps + p * MLA_G);
+                const float4 *pp = (const float4 *)(ps + p * MLA_G + hg);
 #pragma unroll
-                for (int g4 = 0; g4 < MLA_G / 4; g4++) {
+                for (int g4 = 0; g4 < GH / 4; g4++) {
                     float4 pr = pp[g4];
                     const float pv[4] = {pr.x, pr.y, pr.z, pr.w};
 #pragma unroll
@@ -176,21 +190,21 @@ __global__ void __launch_bounds__(MLA_THREADS) k_mla_attend(mla_args a)
     }
     if (lane == 0)
 #pragma unroll
-        for (int j = 0; j < 4; j++) mfin[4 * w + j] = m[j], lfin[4 * w + j] = l[j];
+        for (int j = 0; j < HPW; j++) mfin[HPW * w + j] = m[j], lfin[HPW * w + j] = l[j];
     __syncthreads();
     if (!has_col) return;
 #pragma unroll
-    for (int g = 0; g < MLA_G; g++) {
-        const int h = h0 + g;
+    for (int g = 0; g < GH; g++) {
+        const int h = h0 + hg + g;
         if (h >= a.H) break;
         if (S == 1) {
-            const float L = lfin[g];
+            const float L = lfin[hg + g];
 #pragma unroll
             for (int i = 0; i < 4; i++)
                 if (col + i < a.r) mla_put(a, h, t, col + i, L > 0 ? acc[g][i] / L : 0.0f);
         } else {
             float *pr = a.part + (((int64_t)t * a.H + h) * S + s) * (2 + a.r);
-            if (tid == 0) pr[0] = mfin[g], pr[1] = lfin[g];
+            if (ct == 0) pr[0] = mfin[hg + g], pr[1] = lfin[hg + g];
 #pragma unroll
             for (int i = 0; i < 4; i++)
                 if (col + i < a.r) pr[2 + col + i] = acc[g][i];
@@ -537,6 +551,24 @@ extern "C" int nb_cuda_mla_uses_mma(nb_ops_ctx *ctx, const nb_mla_dims *d, int n
     return nb_cuda_mla_kernel(ctx, d, n_tokens) != NB_CUDA_MLA_F32;
 }
 
+static int g_hpw; /* nb_cuda_mla_force_f32_heads; 0: NIBBLE_CUDA_MLA_F32_HEADS, else automatic */
+
+extern "C" void nb_cuda_mla_force_f32_heads(int heads_per_warp)
+{
+    g_hpw = heads_per_warp == 2 || heads_per_warp == 4 ? heads_per_warp : 0;
+}
+
+// The float32 kernel's heads per warp (k_mla_attend) for a tile of T tokens: forced, else
+// NIBBLE_CUDA_MLA_F32_HEADS=2|4, else 2 up to NB_CUDA_MLA_F32_H2_MAX tokens (measured ahead at
+// 1, 2 and 4 tokens on the H200, even or slightly behind at 10 to 32: bench/RESULTS.md), 4 above.
+static int f32_heads_per_warp(int T)
+{
+    if (g_hpw) return g_hpw;
+    const char *e = getenv("NIBBLE_CUDA_MLA_F32_HEADS");
+    if (e && (!strcmp(e, "2") || !strcmp(e, "4"))) return e[0] - '0';
+    return T <= NB_CUDA_MLA_F32_H2_MAX ? 2 : 4;
+}
+
 // The three steps for T tokens (views already offset to the tile).
 static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_mla_w *Wp, const nb_tensor *q,
                           const nb_tensor *latent_pool, const nb_tensor *kpe_pool, const nb_attn_index *idx,
@@ -551,14 +583,20 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
     const int mma = kern == NB_CUDA_MLA_MMA && mma_smem(r, rope) <= (size_t)max_smem,
               G = dec ? MLA_DEC_G : mma ? MMA_G : MLA_G;
     const int groups = (H + G - 1) / G, S = mla_splits(T, groups, cs->sm_count);
-    const int two = W.bf16 ? 2 : 1, hs = nope + vd;
+    /* small: the absorption kernels of mla_small.cu (mla.h), float32 q_lat / o_lat, the split
+     * merge folded into the output step unless sep_merge; pdl: programmatic dependent launches */
+    int merge = 0, pdl = 0;
+    const int small = nb_cuda_mla_uses_small(d, W.w, T, &merge, &pdl);
+    const int sep_merge = merge == NB_CUDA_MLA_MERGE_KERNEL;
+    const int bf = W.bf16 && !small; /* the BF16 GEMMs' two-term activations */
+    const int two = bf ? 2 : 1, hs = nope + vd;
     const int64_t T2 = (int64_t)two * T;
 
     size_t off = 0;
-    const size_t o_qb = W.bf16 ? carve(&off, (size_t)H * T2 * nope * 2) : 0;
+    const size_t o_qb = bf ? carve(&off, (size_t)H * T2 * nope * 2) : 0;
     const size_t o_ql = carve(&off, (size_t)H * T2 * r * 4);
-    const size_t o_ol = carve(&off, (size_t)H * T2 * r * (W.bf16 ? 2 : 4));
-    const size_t o_o2 = W.bf16 ? carve(&off, (size_t)H * T2 * vd * 4) : 0;
+    const size_t o_ol = carve(&off, (size_t)H * T2 * r * (bf ? 2 : 4));
+    const size_t o_o2 = bf ? carve(&off, (size_t)H * T2 * vd * 4) : 0;
     const size_t o_pt = S > 1 ? carve(&off, (size_t)T * H * S * (2 + r) * 4) : 0;
     char *scr = (char *)nb_cuda_scratch(ctx, 3, off);
     if (!scr) return NB_ERR_OUT_OF_MEMORY;
@@ -568,7 +606,9 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
 
     // 1. q_lat[h] (col-major r x T2) = W_uk[h] (stored [nope, r] = col-major r x nope) . q_nope[h]
     float *qlat = (float *)(scr + o_ql);
-    if (W.bf16) {
+    if (small) {
+        NB_TRY(nb_cuda_mla_small_in(ctx, d, &W, q, qlat));
+    } else if (W.bf16) {
         uint16_t *qb = (uint16_t *)(scr + o_qb);
         k_mla_split_q<<<grid_for((int64_t)H * T * nope), 256, 0, stream>>>((const float *)q->data, q->stride[0],
                                                                             q->stride[1], T, H, nope, qb);
@@ -600,8 +640,8 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
     a.T = T, a.H = H, a.r = r, a.rope = rope, a.nope = nope, a.Dp = Dp;
     a.vec = ((uintptr_t)a.lat % 16 == 0) && a.ls0 % 4 == 0 && ((uintptr_t)a.kpe % 16 == 0) && a.ps0 % 4 == 0;
     a.part = S > 1 ? (float *)(scr + o_pt) : NULL;
-    a.o32 = W.bf16 ? NULL : (float *)(scr + o_ol);
-    a.ob = W.bf16 ? (uint16_t *)(scr + o_ol) : NULL;
+    a.o32 = bf ? NULL : (float *)(scr + o_ol);
+    a.ob = bf ? (uint16_t *)(scr + o_ol) : NULL;
     static int attr_dev = -1, mma_attr_dev = -1; /* attributes set once per process for the opt-in maximum */
     if (dec) {
         NB_TRY(nb_cuda_mla_dec_launch(&a, groups, S, cs->device, max_smem, stream));
@@ -615,23 +655,41 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
                            mma_smem(r, rope), stream>>>(a);
         NB_CUDA_LAUNCHED("mla_attention mma");
     } else if (attr_dev != cs->device) {
-        NB_CUDA_TRY(cudaFuncSetAttribute(k_mla_attend, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
-        /* GLM-5's 114 KB per block: two blocks per SM when the carveout is all shared memory */
-        NB_CUDA_TRY(cudaFuncSetAttribute(k_mla_attend, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
+        const void *fns[2] = {(const void *)k_mla_attend<4>, (const void *)k_mla_attend<2>};
+        for (int i = 0; i < 2; i++) {
+            NB_CUDA_TRY(cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+            /* GLM-5's 114 KB per block: two blocks per SM when the carveout is all shared memory */
+            NB_CUDA_TRY(cudaFuncSetAttribute(fns[i], cudaFuncAttributePreferredSharedMemoryCarveout, 100));
+        }
         attr_dev = cs->device;
     }
     if (!mma && !dec) {
-        k_mla_attend<<<dim3((unsigned)((int64_t)T * groups), (unsigned)S), MLA_THREADS, smem, stream>>>(a);
+        /* on the small path a programmatic dependent of the input step (it waits at its start) */
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3((unsigned)((int64_t)T * groups), (unsigned)S);
+        const int hpw = f32_heads_per_warp(T);
+        cfg.blockDim = dim3(32 * MLA_G / hpw);
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = stream;
+        cudaLaunchAttribute at[1];
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = at;
+        cfg.numAttrs = small && pdl ? 1 : 0;
+        if (hpw == 4) NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, k_mla_attend<4>, a));
+        else NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, k_mla_attend<2>, a));
         NB_CUDA_LAUNCHED("mla_attention");
     }
-    if (S > 1) {
+    if (S > 1 && (!small || sep_merge)) {
         k_mla_merge<<<dim3((unsigned)T, (unsigned)H), 128, 0, stream>>>(a, S);
         NB_CUDA_LAUNCHED("mla_attention merge");
     }
 
     // 3. out[h] (col-major v x T2) = W_uv[h] (stored [v, r] = col-major r x v, transposed) . o_lat[h]
     const char *wuv = wb + (int64_t)nope * r * es;
-    if (W.bf16) {
+    if (small) {
+        NB_TRY(nb_cuda_mla_small_out(ctx, d, &W, a.o32, a.part, sep_merge ? 1 : S, pdl, out));
+    } else if (W.bf16) {
         float *o2 = (float *)(scr + o_o2);
         NB_TRY(nb_cuda_mla_gemm(ctx, 1, 1, vd, (int)T2, r, wuv, r, (int64_t)hs * r, a.ob, r, T2 * r, o2, vd, T2 * vd, H,
                                 W.alpha));

@@ -72,6 +72,53 @@ int nb_cuda_mla_uses_mma(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_tokens);
 /* Which attention kernel such a call runs: NB_CUDA_MLA_F32, _MMA or _DEC (nonzero: BF16). */
 int nb_cuda_mla_kernel(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_tokens);
 
+/* The small-batch path (mla_small.cu): at 1..NB_CUDA_MLA_SMALL_MAX tokens the two absorption
+ * steps can be kernels of their own instead of the batched GEMMs: each reads kv_b once and uses
+ * every weight element for all the tokens, with float32 activations and sums (no BF16 hi/lo
+ * terms, so no split / sum kernels). The split merge is folded into the output step at up to
+ * NB_CUDA_MLA_FOLD_MAX tokens, else k_mla_merge. Optionally (PDL) the attention kernel (float32)
+ * and the output step are launched as programmatic dependents, so they start while the previous
+ * grid drains (the output step prefetches its weights meanwhile): measured slower on the H200
+ * (bench/RESULTS.md), so off unless asked for.
+ * By default the path runs up to NB_CUDA_MLA_SMALL_DEFAULT tokens: on the H200 (GLM-5 shapes,
+ * context 128 and 256) it beat the GEMM path at 1 and 2 tokens and lost from 4 up (its
+ * absorption kernels take 12-14 us at 1-2 tokens against the GEMMs' 9, and 28 us at 10 against
+ * 10; the win at 1-2 is the three launches it saves).
+ * The environment: NIBBLE_CUDA_MLA_SMALL unset: up to NB_CUDA_MLA_SMALL_DEFAULT tokens; 0:
+ * never (the GEMM path); N: up to N tokens. NIBBLE_CUDA_MLA_MERGE=fold | kernel forces the merge
+ * form. NIBBLE_CUDA_MLA_PDL=1: programmatic dependent launches. */
+#define NB_CUDA_MLA_SMALL_MAX 32
+#define NB_CUDA_MLA_SMALL_DEFAULT 2
+#define NB_CUDA_MLA_FOLD_MAX 4
+#define NB_CUDA_MLA_MERGE_FOLD 0
+#define NB_CUDA_MLA_MERGE_KERNEL 1
+/* Tests and timings: up to max_tokens tokens (0: never; < 0: the environment); merge
+ * NB_CUDA_MLA_MERGE_* (else automatic / the environment); pdl 0 or 1 (else the environment). */
+void nb_cuda_mla_force_small(int max_tokens, int merge, int pdl);
+/* 1 when a call (or token tile) of n_tokens tokens runs the small path with the kv_b form at w
+ * (nb_cuda_mla_w.w: its 16-byte alignment counts; the rank a multiple of 8); sets *merge and
+ * *pdl (either may be NULL) to the merge form and launch mode it runs with. A function of the
+ * token count, dims and settings only, so a captured graph keeps its path. */
+int nb_cuda_mla_uses_small(const nb_mla_dims *d, const void *w, int n_tokens, int *merge, int *pdl);
+/* q_lat [H][T][r] F32 = alpha * q_nope[t, h, :] . W_uk[h] for the T = q->shape[0] tokens of q
+ * ([T, H, nope + rope] F32 on the device). Enqueued on the context's stream (a plain launch
+ * that lets the next grid launch early). */
+nb_status nb_cuda_mla_small_in(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_mla_w *w, const nb_tensor *q,
+                               float *qlat);
+/* out[t, h, :] (out [T, H, v] F32) = alpha * o_lat[h][t][:] . W_uv[h]^T, o_lat read from olat
+ * ([H][T][r] normalized) when splits <= 1, else merged from the attention kernel's partials
+ * part ([T][H][splits][2 + r]: m, l, unnormalized sum; an empty split has m = -inf). pdl:
+ * launched as a programmatic dependent of the preceding grid (kv_b must be ready before that
+ * grid started: it is read before the wait). */
+nb_status nb_cuda_mla_small_out(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_mla_w *w, const float *olat,
+                                const float *part, int splits, int pdl, nb_tensor *out);
+/* The float32 attention kernel's heads per warp for the scores: 2 (8 warps per block) up to
+ * NB_CUDA_MLA_F32_H2_MAX tokens, 4 (4 warps, the only form before 2026-11-30) above;
+ * NIBBLE_CUDA_MLA_F32_HEADS=2|4 in the environment forces one, and so does this for tests and
+ * timings (anything else: back to the environment / automatic). */
+#define NB_CUDA_MLA_F32_H2_MAX 4
+void nb_cuda_mla_force_f32_heads(int heads_per_warp);
+
 #ifdef __cplusplus
 }
 #endif
