@@ -202,10 +202,18 @@ extern "C" nb_cuda_mma_plan nb_cuda_mma_plan_for(const nb_weight *w, int64_t T, 
     p.warps = tiles < LM_MAX_WARPS ? (int)tiles : LM_MAX_WARPS;
     const int64_t blocks_n = (tiles + p.warps - 1) / p.warps;
     const int64_t chunks = (w->k + LM_KC - 1) / LM_KC;
-    // About 16 streaming warps per SM (each holds 8 KB of weight loads per chunk in flight):
-    // split K into ranges until the grid has them, bounded by the chunks and the partials.
+    // About 16 streaming warps per SM (each holds 8 KB of weight loads per chunk in flight;
+    // two 8-warp blocks fit an SM at 107-128 registers): split K into as many ranges as keep
+    // the grid within that one wave, bounded by the chunks and the partials. Rounding the
+    // range count up instead (the old plan, NIBBLE_CUDA_LINEAR_MMA_WAVE=up) gave most GLM-5
+    // shapes 288 blocks for 264 slots: a second wave of 24 blocks, each as long as the first.
     const int64_t want = (sm_count > 0 ? sm_count : 132) * 16;
-    int64_t ks = (want + blocks_n * p.warps - 1) / (blocks_n * p.warps);
+    static int wave_up = -1;
+    if (wave_up < 0) {
+        const char *e = getenv("NIBBLE_CUDA_LINEAR_MMA_WAVE");
+        wave_up = e && !strcmp(e, "up");
+    }
+    int64_t ks = wave_up ? (want + blocks_n * p.warps - 1) / (blocks_n * p.warps) : want / (blocks_n * p.warps);
     if (ks > chunks) ks = chunks;
     const int64_t cap = LM_PARTIAL_BYTES / ((int64_t)T * w->n * 4);
     if (ks > cap) ks = cap;
