@@ -3,8 +3,10 @@
  * printed), with the workspace poisoned (NaN) first so unwritten intermediates fail.
  *   moe_*:    routed FFN, all three kernels (wgmma on sm_90 only), edge cases (empty
  *             experts, one hot expert over many tiles, ragged tiles, skipped ids,
- *             T = 16384 sampled, GLM-5 shapes), accumulate; the wgmma kernel's variants
- *             (tile widths, wgmma depth, accumulator chains, warps per block, old)
+ *             T = 16384 sampled, GLM-5 shapes), accumulate; the stream kernel's variants
+ *             (small-step kernel, routing scans, forced tile widths)
+ *             and the wgmma kernel's (tile widths, wgmma depth, accumulator chains,
+ *             warps per block, old)
  *   shared:   the dense shared expert
  *   router_*: top-k router vs a CPU router written here (ids exact, weights 1e-5)
  * The repack round trip and the CPU op's agreement with the same float64 reference are
@@ -235,6 +237,43 @@ static void test_moe_glm5_shape(void)
     experts_free(&x);
 }
 
+/* The stream kernel's switches (nb_moe_stream_set): the first sessions' path, the small-step
+ * kernel (routes for itself; at most 64 slots, larger steps fall back to the counter-driven
+ * kernel) at 8- and 16-token tiles, the counter-driven kernel with the shuffle-scan routing at
+ * forced 8- and 16-token tiles. */
+static const struct {
+    int small, nt, fast_route;
+    const char *name;
+} stream_cfgs[] = {
+    {0, 0, 0, "v1"},
+    {1, 0, 1, "small-step kernel"},
+    {1, 2, 1, "small-step kernel, 16-token tiles"},
+    {0, 1, 1, "8-token tiles"},
+    {0, 2, 1, "16-token tiles"},
+};
+
+static void test_moe_stream_variants(void)
+{
+    if (!gpu_or_skip()) return;
+    seed();
+    experts x, big;
+    NB_CHECK(experts_make(&x, 16, 512, 256) == 0);
+    NB_CHECK(experts_make(&big, 4, 6144, 2048) == 0);
+    for (size_t c = 0; c < NB_ARRAY_LEN(stream_cfgs); c++) {
+        fprintf(stderr, "  stream variant: %s\n", stream_cfgs[c].name);
+        nb_moe_stream_set(stream_cfgs[c].small, stream_cfgs[c].nt, stream_cfgs[c].fast_route);
+        moe_case(&x, 1, 4, ROUTE_UNIFORM, NB_MOE_KERNEL_STREAM, 0, 1 << 30);
+        moe_case(&x, 16, 4, ROUTE_SKIP, NB_MOE_KERNEL_STREAM, 0, 1 << 30);    /* 64 slots: the small-step limit */
+        moe_case(&x, 10, 6, ROUTE_FEW, NB_MOE_KERNEL_STREAM, 1, 1 << 30);     /* 60 slots on 7 experts, out += */
+        moe_case(&x, 17, 4, ROUTE_ONE_HOT, NB_MOE_KERNEL_STREAM, 0, 1 << 30); /* 68 slots: past it */
+        moe_case(&x, 120, 8, ROUTE_UNIFORM, NB_MOE_KERNEL_STREAM, 0, 1 << 30); /* 60 per expert, 4-8 tiles */
+        moe_case(&big, 2, 2, ROUTE_UNIFORM, NB_MOE_KERNEL_STREAM, 0, 1 << 30); /* K split 4 ways */
+    }
+    nb_moe_stream_set(-1, 0, 0);
+    experts_free(&x);
+    experts_free(&big);
+}
+
 /* The wgmma kernel's compiled variants (ops/cuda/moe_wgmma.cu, chosen through the
  * environment for A/B runs): tile width (NIBBLE_MOE_WG_N), remainder width (_NS, -1: the
  * narrowest of four), k-steps in flight (_D), accumulator chains (_C), warps per block (_W),
@@ -443,7 +482,8 @@ static void test_router(void)
 
 static const nb_test tests[] = {
     {"moe_small", test_moe_small}, {"moe_big_t", test_moe_big_t},
-    {"moe_glm5_shape", test_moe_glm5_shape}, {"moe_wgmma_variants", test_moe_wgmma_variants},
+    {"moe_glm5_shape", test_moe_glm5_shape}, {"moe_stream_variants", test_moe_stream_variants},
+    {"moe_wgmma_variants", test_moe_wgmma_variants},
     {"shared", test_shared},   {"router", test_router},
 };
 

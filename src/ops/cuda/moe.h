@@ -16,7 +16,8 @@
  *           per tile: weights expanded once per tile in registers (wgmma's A operand),
  *           tokens, codes and scales through a cp.async ring in shared memory; an expert's
  *           tiles run side by side so its weights come from HBM about once.
- * All run as one persistent kernel per step after a one-block routing kernel: blocks of 4
+ * All run as one persistent kernel per step after a one-block routing kernel (steps of at most
+ * 64 slots: the small-step stream kernel routes the ids itself and does not wait for it): blocks of 4
  * warps (8 or 16 for wgmma) take items (tile, row-tile pairs) from a counter, gate_up items first; K is split
  * over 1, 2 or 4 warps per pair depending on how many experts the step touches, so that
  * all touched experts' work covers every SM (NIBBLE_MOE_KSPLIT=1|2|4 forces the split).
@@ -172,6 +173,15 @@ int nb_moe_should_use_wgmma(int tokens, int topk, int experts, int hidden, int i
  * forward path reads it from the device). The choice is logged at debug level, tag "cuda". */
 nb_moe_kernel nb_moe_pick_kernel(int tokens, int topk, int experts, int hidden, int inter, int sm);
 const char *nb_moe_kernel_name(nb_moe_kernel k);
+
+/* The stream kernel's switches for A/B runs and tests (else read once from the environment:
+ * NIBBLE_MOE_SMALL, NIBBLE_MOE_NT, and NIBBLE_MOE_STREAM=v1 for the first sessions' path;
+ * docs/moe-kernels.md): small = steps of at most 64 slots (tokens x top-k) on the small-step
+ * kernel, which routes the ids itself and starts without waiting for the routing kernel;
+ * nt = 1 or 2 forces the token fragments per warp (0: by tokens per expert); fast_route = the
+ * routing kernel's shuffle scans. small < 0: back to the environment's values. Not
+ * thread-safe: call it between steps. */
+void nb_moe_stream_set(int small, int nt, int fast_route);
 
 /* ---- router ------------------------------------------------------------------------- */
 

@@ -117,7 +117,12 @@ struct moe_params {
     const uint16_t *xp;                  // wgmma kernel: x in wgmma K order, written by its own items
     uint16_t *xpw;
     int tokens;
+    // moe_ffn_small_kernel only (steps of at most MOE_SMALL_SLOTS slots; zero elsewhere): the
+    // ids it routes itself, their number, the experts and the tokens per tile.
+    int slots, experts, tile;
+    const int32_t *ids;
 };
+#define MOE_SMALL_SLOTS 64
 
 // Floats of `out` one zeroing item clears (8 float4 per thread).
 #define MOE_ZERO_CHUNK (MOE_THREADS * 4 * 8)

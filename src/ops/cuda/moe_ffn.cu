@@ -61,13 +61,14 @@ static size_t moe_ws_layout(int experts, int hidden, int inter, int tokens, int 
 }
 
 // One block of 1024 threads. ids == NULL: dense mode (slot t -> expert 0). Also resets the
-// FFN kernel's work counters.
+// FFN kernel's work counters. fast: the two inclusive scans by warp shuffles (4 barriers);
+// else the first version's shared-memory Hillis-Steele scans (20 barriers), kept for A/B runs.
 __global__ void __launch_bounds__(1024) moe_route_kernel(const int32_t *ids, int slots, int experts, int tile,
-                                                         moe_ws ws)
+                                                         moe_ws ws, int fast)
 {
     __shared__ int cnt[MOE_MAX_EXPERTS], cur[MOE_MAX_EXPERTS], tsc[MOE_MAX_EXPERTS], csc[MOE_MAX_EXPERTS];
     griddep_launch_dependents();
-    const int tid = threadIdx.x;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     for (int e = tid; e < MOE_MAX_EXPERTS; e += blockDim.x) cnt[e] = 0;
     if (tid < 2) ws.work[tid] = 0;
     __syncthreads();
@@ -76,18 +77,43 @@ __global__ void __launch_bounds__(1024) moe_route_kernel(const int32_t *ids, int
         if (e >= 0 && e < experts) atomicAdd(&cnt[e], 1);
     }
     __syncthreads();
-    // Inclusive scans (Hillis-Steele) of the counts and of the tiles per expert.
     int c = tid < experts ? cnt[tid] : 0;
     int nt = (c + tile - 1) / tile;
-    csc[tid] = c;
-    tsc[tid] = nt;
-    __syncthreads();
-    for (int d = 1; d < MOE_MAX_EXPERTS; d <<= 1) {
-        int a = tid >= d ? csc[tid - d] : 0, b = tid >= d ? tsc[tid - d] : 0;
+    if (fast) {
+        // Inclusive scans within each warp, then of the 32 warp totals by warp 0.
+        int a = c, b = nt;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            const int ua = __shfl_up_sync(0xffffffffu, a, d), ub = __shfl_up_sync(0xffffffffu, b, d);
+            if (lane >= d) a += ua, b += ub;
+        }
+        if (lane == 31) csc[warp] = a, tsc[warp] = b;
         __syncthreads();
-        csc[tid] += a;
-        tsc[tid] += b;
+        if (warp == 0) {
+            int wa = csc[lane], wb = tsc[lane];
+#pragma unroll
+            for (int d = 1; d < 32; d <<= 1) {
+                const int ua = __shfl_up_sync(0xffffffffu, wa, d), ub = __shfl_up_sync(0xffffffffu, wb, d);
+                if (lane >= d) wa += ua, wb += ub;
+            }
+            cur[lane] = wa, cnt[lane] = wb;  // cnt and cur are free until the scatter below
+        }
         __syncthreads();
+        const int pa = warp ? cur[warp - 1] : 0, pb = warp ? cnt[warp - 1] : 0;
+        __syncthreads();  // cur is rewritten below
+        csc[tid] = a + pa, tsc[tid] = b + pb;  // only this thread's own entries are read back
+    } else {
+        // Inclusive scans (Hillis-Steele) of the counts and of the tiles per expert.
+        csc[tid] = c;
+        tsc[tid] = nt;
+        __syncthreads();
+        for (int d = 1; d < MOE_MAX_EXPERTS; d <<= 1) {
+            int a = tid >= d ? csc[tid - d] : 0, b = tid >= d ? tsc[tid - d] : 0;
+            __syncthreads();
+            csc[tid] += a;
+            tsc[tid] += b;
+            __syncthreads();
+        }
     }
     int first = csc[tid] - c, tfirst = tsc[tid] - nt;
     if (tid < experts) {
@@ -248,9 +274,11 @@ __device__ __forceinline__ void moe_group(const uint4 (&wa)[4], const uint4 (&wb
 //   DN == true:  down, pair (2r, 2r+1) of W2; adds into out.
 // row[r]: element offset of token row r of the tile in x (gate_up) or act (down), -1 past
 // the tile's count. The warp with part 0 of each pair reduces and runs the epilogue.
+// sorted: the step's slot ids in expert order (p.sorted, or the small-step kernel's own copy).
 template <int NT, bool DN>
 __device__ __forceinline__ void moe_item(const moe_params &p, moe_smem_probe<NT> &sm, char *stage,
-                                         const long long *row, int e, int start, int cnt, int rb, int ks)
+                                         const long long *row, int e, int start, int cnt, int rb, int ks,
+                                         const int *sorted)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -355,7 +383,7 @@ __device__ __forceinline__ void moe_item(const moe_params &p, moe_smem_probe<NT>
                 for (int i = 0; i < 4; i++) {
                     int col = j * 8 + 2 * t + (i & 1), r = 2 * pair * 16 + g + (i >> 1) * 8;
                     if (col < cnt) {
-                        int slot = p.sorted[start + col];
+                        int slot = sorted[start + col];
                         float rw = (p.route_w ? p.route_w[slot] : 1.0f) * f;
                         float *o = p.out + (size_t)(slot / p.topk) * p.hidden + r;
                         atomicAdd(o, acca[j][i] * rw);
@@ -367,8 +395,18 @@ __device__ __forceinline__ void moe_item(const moe_params &p, moe_smem_probe<NT>
     __syncthreads();
 }
 
-// many independent loads in flight), fewer as the accumulators grow.
+// Blocks per SM the register budget is cut for: as many as possible for the stream kernel
+// (many independent loads in flight), fewer as the accumulators grow.
 #define MOE_MIN_BLOCKS(nt) ((nt) == 1 ? 4 : (nt) == 2 ? 3 : (nt) == 4 ? 2 : 1)
+
+// A gate_up or down item (item >= n_z) -> its tile and row block (tile-major).
+__device__ __forceinline__ void moe_locate(int item, int n_z, int n_gu, int rb_gu, int rb_dn, bool &dn, int &ti,
+                                           int &rb)
+{
+    dn = item >= n_z + n_gu;
+    const int ii = dn ? item - n_z - n_gu : item - n_z, per = dn ? rb_dn : rb_gu;
+    ti = ii / per, rb = ii % per;
+}
 
 // Persistent, dynamically scheduled: blocks take items in order from one counter:
 //   [zeroing chunks of out] [gate_up items, tile-major] [down items, tile-major].
@@ -403,9 +441,9 @@ __global__ void __launch_bounds__(MOE_THREADS, MOE_MIN_BLOCKS(NT)) moe_ffn_kerne
             if (threadIdx.x == 0) add_release(p.work + 1, 1);
             continue;
         }
-        const bool dn = item >= n_z + n_gu;
-        const int ii = dn ? item - n_z - n_gu : item - n_z, per = dn ? rb_dn : rb_gu;
-        const int ti = ii / per, rb = ii % per;
+        bool dn;
+        int ti, rb;
+        moe_locate(item, n_z, n_gu, rb_gu, rb_dn, dn, ti, rb);
         const int4 tl = p.tiles[ti];
         if (threadIdx.x < 8 * NT) {
             const int r = threadIdx.x, pos = tl.y + r;
@@ -419,10 +457,107 @@ __global__ void __launch_bounds__(MOE_THREADS, MOE_MIN_BLOCKS(NT)) moe_ffn_kerne
         }
         __syncthreads();
         if (dn) {
-            moe_item<NT, true>(p, sm, stage, s_row, tl.x, tl.y, tl.z, rb, p.ks_dn);
+            moe_item<NT, true>(p, sm, stage, s_row, tl.x, tl.y, tl.z, rb, p.ks_dn, p.sorted);
         } else {
-            moe_item<NT, false>(p, sm, stage, s_row, tl.x, tl.y, tl.z, rb, p.ks_gu);
+            moe_item<NT, false>(p, sm, stage, s_row, tl.x, tl.y, tl.z, rb, p.ks_gu, p.sorted);
             if (threadIdx.x == 0) add_release(p.done + ti, 1);
+        }
+    }
+}
+
+// Small steps (at most MOE_SMALL_SLOTS slots, p.slots of them; p.tile tokens per tile): the
+// FFN without waiting for the routing kernel's work list. Every block routes the ids itself
+// into shared memory, in the order moe_route_kernel's tiles have (experts ascending, an
+// expert's slots by slot id: deterministic, so all blocks agree on every act row), and takes
+// items round-robin (item blockIdx.x + k * gridDim.x) instead of from the counter. Only the
+// counters (done, work[1]), which the routing kernel resets, need it finished: thread 0 waits
+// for it (griddepcontrol.wait) before its first release or acquire, by then long finished, so
+// gate_up streaming starts at launch. The ids are complete before that wait: the routing
+// kernel, launched without programmatic serialization after their producer, has started.
+// Round-robin cannot deadlock while the grid is resident at once (the launcher sizes it so):
+// a block reaches a down item only after its own gate_up items, and every gate_up item
+// precedes every down item.
+template <int NT>
+__global__ void __launch_bounds__(MOE_THREADS, MOE_MIN_BLOCKS(NT)) moe_ffn_small_kernel(moe_params p)
+{
+    __shared__ moe_smem_probe<NT> sm;
+    __shared__ long long s_row[8 * NT];
+    __shared__ int s_e[MOE_SMALL_SLOTS], s_sorted[MOE_SMALL_SLOTS], s_nt[MOE_SMALL_SLOTS], s_ntiles;
+    __shared__ int4 s_tiles[MOE_SMALL_SLOTS];
+    const int tid = threadIdx.x;
+    if (tid < MOE_SMALL_SLOTS) {
+        int e = -1;
+        if (tid < p.slots) e = p.ids ? p.ids[tid] : 0;
+        s_e[tid] = e >= 0 && e < p.experts ? e : -1;
+    }
+    __syncthreads();
+    int e = -1, cnt = 0, below = 0;
+    if (tid < MOE_SMALL_SLOTS) {
+        e = s_e[tid];
+        int rank = 0;
+        for (int j = 0; j < p.slots; j++) {
+            const int ej = s_e[j];
+            cnt += ej == e;
+            rank += ej == e && j < tid;
+            below += ej >= 0 && ej < e;
+        }
+        if (e >= 0) s_sorted[below + rank] = tid;
+        s_nt[tid] = e >= 0 && rank == 0 ? (cnt + p.tile - 1) / p.tile : 0;
+    }
+    __syncthreads();
+    if (tid < MOE_SMALL_SLOTS && s_nt[tid] > 0) {
+        int tfirst = 0;
+        for (int j = 0; j < p.slots; j++) tfirst += s_e[j] >= 0 && s_e[j] < e ? s_nt[j] : 0;
+        const int nt = s_nt[tid];
+        for (int jj = 0; jj < nt; jj++)
+            s_tiles[tfirst + jj] = make_int4(e, below + jj * p.tile, min(p.tile, cnt - jj * p.tile), jj | (nt << 16));
+    }
+    if (tid == 0) {
+        int n = 0;
+        for (int j = 0; j < p.slots; j++) n += s_nt[j];
+        s_ntiles = n;
+    }
+    __syncthreads();
+    const int rb_gu = p.inter / 16 / (MOE_WARPS / p.ks_gu), rb_dn = p.hidden / 32 / (MOE_WARPS / p.ks_dn);
+    const int n_z = (int)((p.zero_elems + MOE_ZERO_CHUNK - 1) / MOE_ZERO_CHUNK);
+    const int n_tiles = s_ntiles, n_gu = n_tiles * rb_gu, total = n_z + n_gu + n_tiles * rb_dn;
+    bool waited = false;  // thread 0's griddepcontrol.wait done
+    for (int item = blockIdx.x; item < total; item += gridDim.x) {
+        if (item < n_z) {
+            size_t base = (size_t)item * MOE_ZERO_CHUNK;
+            for (int i = tid * 4; i < MOE_ZERO_CHUNK; i += MOE_THREADS * 4)
+                if (base + i < p.zero_elems) *(float4 *)(p.out + base + i) = make_float4(0, 0, 0, 0);
+            __syncthreads();
+            if (tid == 0) {
+                if (!waited) griddep_wait(), waited = true;
+                add_release(p.work + 1, 1);
+            }
+            continue;
+        }
+        bool dn;
+        int ti, rb;
+        moe_locate(item, n_z, n_gu, rb_gu, rb_dn, dn, ti, rb);
+        const int4 tl = s_tiles[ti];
+        if (tid < 8 * NT) {
+            const int r = tid, pos = tl.y + r;
+            s_row[r] = r >= tl.z ? -1
+                       : dn      ? (long long)pos * p.inter
+                                 : (long long)(s_sorted[pos] / p.topk) * p.hidden;
+        }
+        if (dn && tid == 0) {
+            if (!waited) griddep_wait(), waited = true;
+            while (ld_acquire(p.done + ti) < rb_gu) __nanosleep(64);
+            while (ld_acquire(p.work + 1) < n_z) __nanosleep(64);
+        }
+        __syncthreads();
+        if (dn) {
+            moe_item<NT, true>(p, sm, nullptr, s_row, tl.x, tl.y, tl.z, rb, p.ks_dn, s_sorted);
+        } else {
+            moe_item<NT, false>(p, sm, nullptr, s_row, tl.x, tl.y, tl.z, rb, p.ks_gu, s_sorted);
+            if (tid == 0) {
+                if (!waited) griddep_wait(), waited = true;
+                add_release(p.done + ti, 1);
+            }
         }
     }
 }
@@ -479,6 +614,58 @@ static int moe_k_split(int tokens, int topk, int experts, int pairs)
     return tasks >= 132 * 16 ? 1 : tasks >= 132 * 8 ? 2 : 4;
 }
 
+// The stream kernel's switches, read once from the environment (A/B runs of one binary):
+//   NIBBLE_MOE_STREAM=v1  the first sessions' stream path: the routing kernel's shared-memory
+//                         scans, no small-step kernel;
+//   NIBBLE_MOE_SMALL=0|1  steps of at most MOE_SMALL_SLOTS slots on moe_ffn_small_kernel
+//                         (default 1);
+//   NIBBLE_MOE_NT=1|2     token fragments per warp (8- or 16-token tiles), whatever the step.
+typedef struct {
+    int nt, fast_route, small;
+} moe_stream_cfg;
+
+static int moe_env_int(const char *name, int def, int lo, int hi)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) return def;
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*end || x < lo || x > hi) {
+        NB_LOG_WARN("cuda", "moe: ignoring %s=%s (expected %d..%d)", name, v, lo, hi);
+        return def;
+    }
+    return (int)x;
+}
+
+static moe_stream_cfg moe_cfg;
+static int moe_cfg_init = 0;
+
+extern "C" void nb_moe_stream_set(int small, int nt, int fast_route)
+{
+    if (small < 0) {
+        moe_cfg_init = 0;
+        return;
+    }
+    moe_cfg.small = small, moe_cfg.nt = nt, moe_cfg.fast_route = fast_route;
+    moe_cfg_init = 1;
+}
+
+static const moe_stream_cfg *moe_stream_config(void)
+{
+    moe_stream_cfg &c = moe_cfg;
+    if (!moe_cfg_init) {
+        const char *v = getenv("NIBBLE_MOE_STREAM");
+        const int v1 = v && !strcmp(v, "v1");
+        c.small = moe_env_int("NIBBLE_MOE_SMALL", v1 ? 0 : 1, 0, 1);
+        c.nt = moe_env_int("NIBBLE_MOE_NT", 0, 0, 2);
+        c.fast_route = !v1;
+        moe_cfg_init = 1;
+        NB_LOG_DEBUG("cuda", "moe stream kernel: small-step kernel %d, NT %d, fast route %d", c.small, c.nt,
+                     c.fast_route);
+    }
+    return &c;
+}
+
 // Token fragments per warp: 1 in the stream kernel up to 4 tokens per expert, else 2; the
 // mma kernel 4, or 8 (64-token tiles) from 48 tokens per expert; the wgmma kernel 64-token
 // tiles (each multiplied at the narrowest width that covers it).
@@ -486,6 +673,7 @@ static int moe_nt(nb_moe_kernel k, double tokens_per_expert)
 {
     if (k == NB_MOE_KERNEL_WGMMA) return moe_wg_tile_tokens(tokens_per_expert) / 8;
     if (k == NB_MOE_KERNEL_MMA) return tokens_per_expert >= 48.0 ? 2 * NB_MOE_NT_MMA : NB_MOE_NT_MMA;
+    if (moe_stream_config()->nt) return moe_stream_config()->nt;
     return tokens_per_expert <= 4.0 ? 1 : 2;
 }
 
@@ -541,7 +729,13 @@ static int moe_sm_arch(void)
     return arch;
 }
 
-template <int NT>
+template <int NT, bool SMALL>
+static void (*moe_kern(void))(moe_params)
+{
+    return SMALL ? moe_ffn_small_kernel<NT> : moe_ffn_kernel<NT>;
+}
+
+template <int NT, bool SMALL>
 static nb_status moe_launch_ffn(const moe_params &p, cudaStream_t st)
 {
     static int per_sm = 0, optin = 0;
@@ -559,8 +753,8 @@ static nb_status moe_launch_ffn(const moe_params &p, cudaStream_t st)
                         NT, smem, optin);
     if (!per_sm) {
         if (dyn)
-            NB_CUDA_TRY(cudaFuncSetAttribute(moe_ffn_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn));
-        NB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_ffn_kernel<NT>, MOE_THREADS, dyn));
+            NB_CUDA_TRY(cudaFuncSetAttribute(moe_kern<NT, SMALL>(), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn));
+        NB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_kern<NT, SMALL>(), MOE_THREADS, dyn));
         if (per_sm < 1) return nb_error(NB_ERR_CUDA, "moe: FFN kernel<%d> cannot be resident", NT);
     }
     cudaLaunchConfig_t cfg = {};
@@ -573,7 +767,7 @@ static nb_status moe_launch_ffn(const moe_params &p, cudaStream_t st)
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = 1;
-    NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, moe_ffn_kernel<NT>, p));
+    NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, moe_kern<NT, SMALL>(), p));
     return NB_OK;
 }
 
@@ -610,7 +804,8 @@ static nb_status moe_forward_impl(const nb_moe_weights_dev *w, const nb_moe_desc
                           ? d->kernel
                           : nb_moe_pick_kernel(d->tokens, topk, w->experts, w->hidden, w->inter, moe_sm_arch());
     const int nt = moe_nt(k, (double)d->tokens * topk / w->experts);
-    moe_route_kernel<<<1, 1024, 0, st>>>(d->ids, d->tokens * topk, w->experts, 8 * nt, ws);
+    const moe_stream_cfg *cfg = moe_stream_config();
+    moe_route_kernel<<<1, 1024, 0, st>>>(d->ids, d->tokens * topk, w->experts, 8 * nt, ws, cfg->fast_route);
     NB_CUDA_TRY(cudaGetLastError());
     moe_params p;
     memset(&p, 0, sizeof p);
@@ -622,17 +817,22 @@ static nb_status moe_forward_impl(const nb_moe_weights_dev *w, const nb_moe_desc
     p.ks_gu = moe_k_split(d->tokens, topk, w->experts, w->inter / 16);
     p.ks_dn = moe_k_split(d->tokens, topk, w->experts, w->hidden / 32);
     if (nt >= NB_MOE_NT_MMA) p.ks_gu = p.ks_dn = 1;  // the mma kernel stages tokens per block
-    NB_LOG_DEBUG("cuda", "moe: %s kernel, %d-token tiles, K split gate_up %d / down %d", nb_moe_kernel_name(k), 8 * nt,
-                 p.ks_gu, p.ks_dn);
+    int small = 0;                                    // moe_ffn_small_kernel
+    if (k == NB_MOE_KERNEL_STREAM && d->tokens * topk <= MOE_SMALL_SLOTS && cfg->small) {
+        small = 1;
+        p.ids = d->ids, p.slots = d->tokens * topk, p.experts = w->experts, p.tile = 8 * nt;
+    }
+    NB_LOG_DEBUG("cuda", "moe: %s kernel%s, %d-token tiles, K split gate_up %d / down %d", nb_moe_kernel_name(k),
+                 small ? " (small-step)" : "", 8 * nt, p.ks_gu, p.ks_dn);
     if (k == NB_MOE_KERNEL_WGMMA) {
         p.xp = ws.xp, p.xpw = ws.xp, p.tokens = d->tokens;
         return moe_launch_wg(p, 8 * nt, moe_sm_count(), st);
     }
     switch (nt) {
-    case 1: return moe_launch_ffn<1>(p, st);
-    case 2: return moe_launch_ffn<2>(p, st);
-    case NB_MOE_NT_MMA: return moe_launch_ffn<NB_MOE_NT_MMA>(p, st);
-    default: return moe_launch_ffn<2 * NB_MOE_NT_MMA>(p, st);
+    case 1: return small ? moe_launch_ffn<1, true>(p, st) : moe_launch_ffn<1, false>(p, st);
+    case 2: return small ? moe_launch_ffn<2, true>(p, st) : moe_launch_ffn<2, false>(p, st);
+    case NB_MOE_NT_MMA: return moe_launch_ffn<NB_MOE_NT_MMA, false>(p, st);
+    default: return moe_launch_ffn<2 * NB_MOE_NT_MMA, false>(p, st);
     }
 }
 
