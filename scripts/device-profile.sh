@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/profile-out}
 mkdir -p "$OUT"
 B=${BUILD:-build-P}
-MODEL=${MODEL:-synthetic:glm5:num_hidden_layers=8,experts=nvfp4}
+MODEL=${MODEL:-synthetic:glm5:num_hidden_layers=8}  # NVFP4 experts: glm5's default
 LEVELS=${LEVELS:-1,10,1000}
 IN=${INPUT:-128}
 OUTLEN=${OUTPUT:-16}
