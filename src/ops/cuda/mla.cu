@@ -482,13 +482,23 @@ static int grid_for(int64_t n)
     return (int)(b < 1 ? 1 : b > 8192 ? 8192 : b);
 }
 
-// Splits of each token's rows: enough blocks for two waves when the batch alone is not.
+// Splits of each token's rows: enough blocks for two waves when the batch alone is not, at
+// most NIBBLE_CUDA_MLA_SPLITS (default 16, at most MLA_MAX_SPLITS). The count depends on T
+// only (a graph stays valid as contexts grow), so at a short context most of 64 splits had
+// no 32-row chunk: at batch 1, 58 of 66 blocks per head group loaded their 16 heads' q_lat
+// (37 KB each) to write an empty partial, and the merge read them all.
 static int mla_splits(int T, int groups, int sm_count)
 {
+    static int cap = -1;
+    if (cap < 0) {
+        const char *e = getenv("NIBBLE_CUDA_MLA_SPLITS");
+        const int v = e ? atoi(e) : 0;
+        cap = v >= 1 && v <= MLA_MAX_SPLITS ? v : 16;
+    }
     int64_t base = (int64_t)T * groups;
     if (base >= sm_count) return 1;
     int64_t s = (2 * (int64_t)sm_count + base - 1) / base;
-    return (int)(s > MLA_MAX_SPLITS ? MLA_MAX_SPLITS : s);
+    return (int)(s > cap ? cap : s);
 }
 
 // Carve 256-byte aligned pieces from one scratch buffer.
