@@ -11,7 +11,7 @@
 #   verify   scripts/device-verify.sh tests golden tiny          -> verify.tar.xz (all logs)
 #   offline  scripts/device-issue9.sh offline (1, 2, 10, 1000)   -> offline.log, offline.json
 #   ab       bench-offline at 1 and 10 requests with each AB setting (env assignments, ';'
-#            between settings; default: the old linear_mma grid) -> ab.log
+#            between settings; default: the old linear_mma grid, then the old MLA split cap) -> ab.log
 #   profile  scripts/device-profile.sh (1, 10, 1000)             -> profile.log
 #   serve    scripts/device-issue9.sh serve (serve + bench, NVML) -> bench.log
 # summary.txt collects each part's summary lines; at most 8 files come back.
@@ -40,7 +40,7 @@ for p in ${PARTS:-verify offline ab profile serve}; do
       OUT=/tmp/final-i9 MODEL=$MODEL STEPS=offline scripts/device-issue9.sh >>"$SUM" 2>&1 || rc=1
       cp /tmp/final-i9/offline.log /tmp/final-i9/offline.json "$OUT/" ;;
     ab)
-      IFS=';' read -ra settings <<<"${AB:-NIBBLE_CUDA_LINEAR_MMA_WAVE=up}"
+      IFS=';' read -ra settings <<<"${AB:-NIBBLE_CUDA_LINEAR_MMA_WAVE=up;NIBBLE_CUDA_MLA_SPLITS=64}"
       for s in "" "${settings[@]}"; do
         echo "=== setting: ${s:-default}" >>"$OUT/ab.log"
         # shellcheck disable=SC2086 # a list of VAR=value assignments
