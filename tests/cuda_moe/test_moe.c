@@ -326,13 +326,11 @@ static void test_moe_wgmma_variants(void)
     experts_free(&big);
 }
 
-static void test_shared(void)
+/* The dense shared expert, T tokens: accumulating into out, or overwriting a NaN-poisoned
+ * out. T <= 12 runs the stream kernel, T <= 64 its small-step kernel in dense mode. */
+static void shared_case(experts *x, int T, int accumulate)
 {
-    if (!gpu_or_skip()) return;
-    seed();
-    experts x;
-    NB_CHECK(experts_make(&x, 1, 512, 512) == 0);
-    const int T = 37, H = 512;
+    const int H = x->h.H;
     uint16_t *hx = malloc((size_t)T * H * 2);
     float *xf = malloc((size_t)T * H * 4), *hout = malloc((size_t)T * H * 4), *prev = malloc((size_t)T * H * 4);
     for (int i = 0; i < T * H; i++) {
@@ -341,30 +339,48 @@ static void test_shared(void)
         prev[i] = frand();
     }
     void *dx, *dout, *dws;
-    size_t wsb = nb_moe_workspace_bytes(&x.dev, T, 1);
+    size_t wsb = nb_moe_workspace_bytes(&x->dev, T, 1);
     NB_CHECK(cudaMalloc(&dx, (size_t)T * H * 2) == cudaSuccess);
     NB_CHECK(cudaMalloc(&dout, (size_t)T * H * 4) == cudaSuccess);
     NB_CHECK(cudaMalloc(&dws, wsb) == cudaSuccess);
     cudaMemcpy(dx, hx, (size_t)T * H * 2, cudaMemcpyHostToDevice);
-    cudaMemcpy(dout, prev, (size_t)T * H * 4, cudaMemcpyHostToDevice);
+    if (accumulate)
+        cudaMemcpy(dout, prev, (size_t)T * H * 4, cudaMemcpyHostToDevice);
+    else
+        cudaMemset(dout, 0xff, (size_t)T * H * 4);
     cudaMemset(dws, 0xff, wsb);
-    NB_CHECK_OK(nb_moe_shared_forward(&x.dev, dx, T, dout, 1, dws, wsb, NULL));
+    NB_CHECK_OK(nb_moe_shared_forward(&x->dev, dx, T, dout, accumulate, dws, wsb, NULL));
     NB_CHECK(cudaDeviceSynchronize() == cudaSuccess);
     cudaMemcpy(hout, dout, (size_t)T * H * 4, cudaMemcpyDeviceToHost);
     double err = 0, ref = 0, *acc = malloc(sizeof(double) * H);
+    int nonfinite = 0;
     for (int t = 0; t < T; t++) {
-        for (int h = 0; h < H; h++) acc[h] = prev[t * H + h];
-        ref_expert(&x.h, 0, xf + (size_t)t * H, 1.0, acc);
+        for (int h = 0; h < H; h++) acc[h] = accumulate ? prev[t * H + h] : 0.0;
+        ref_expert(&x->h, 0, xf + (size_t)t * H, 1.0, acc);
         for (int h = 0; h < H; h++) {
             double dd = hout[t * H + h] - acc[h];
+            nonfinite += !isfinite(hout[t * H + h]);
             err += dd * dd, ref += acc[h] * acc[h];
         }
     }
     double rel = sqrt(err / ref);
-    fprintf(stderr, "  shared expert T=%d H=%d I=512 accumulate: rel err %.3g\n", T, H, rel);
+    fprintf(stderr, "  shared expert T=%d H=%d I=%d%s: rel err %.3g, %d non-finite\n", T, H, x->h.I,
+            accumulate ? " accumulate" : "", rel, nonfinite);
+    NB_CHECK_MSG(nonfinite == 0, "%d outputs are not finite", nonfinite);
     NB_CHECK_MSG(rel <= NB_TOL_NVFP4_MOE, "rel err %.3g", rel);
     free(acc), free(hx), free(xf), free(hout), free(prev);
     cudaFree(dx), cudaFree(dout), cudaFree(dws);
+}
+
+static void test_shared(void)
+{
+    if (!gpu_or_skip()) return;
+    seed();
+    experts x;
+    NB_CHECK(experts_make(&x, 1, 512, 512) == 0);
+    shared_case(&x, 37, 1);
+    shared_case(&x, 3, 1); /* the small-step kernel in dense mode */
+    shared_case(&x, 2, 0);
     experts_free(&x);
 }
 
