@@ -805,6 +805,8 @@ static nb_status moe_forward_impl(const nb_moe_weights_dev *w, const nb_moe_desc
                           : nb_moe_pick_kernel(d->tokens, topk, w->experts, w->hidden, w->inter, moe_sm_arch());
     const int nt = moe_nt(k, (double)d->tokens * topk / w->experts);
     const moe_stream_cfg *cfg = moe_stream_config();
+    // A plain launch, never a programmatic (PDL) one: moe_ffn_small_kernel reads the ids before
+    // its griddepcontrol.wait, relying on this kernel starting only once their producer is done.
     moe_route_kernel<<<1, 1024, 0, st>>>(d->ids, d->tokens * topk, w->experts, 8 * nt, ws, cfg->fast_route);
     NB_CUDA_TRY(cudaGetLastError());
     moe_params p;
