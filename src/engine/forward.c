@@ -262,7 +262,7 @@ static nb_status mlp_layer(fwd *f, int l)
     nb_tensor lg = t2(f->rlog, T, E), w = t2(f->rw, T, K);
     nb_tensor ids = nb_tensor_2d(f->rid, NB_DTYPE_I32, T, K);
     ids.device = f->dev;
-    /* the router's linear and choice as one op (one launch at decode on a GPU) */
+    /* the router's linear and choice as one op (ops.h: a backend may run them as one launch) */
     NB_TRY(nb_op_moe_gate_route(ops, &a, &L->router, &lg, &rp, &ids, &w));
     nb_moe_weights mw = {E, H, c->moe_intermediate_size, L->exp_gate, L->exp_up, L->exp_down};
     NB_TRY(nb_op_moe_experts(ops, &a, &ids, &w, &mw, 0, &o));

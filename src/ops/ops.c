@@ -488,8 +488,7 @@ static void key_gate_route(nb_prof_key *k, const nb_tensor *logits, const nb_wei
     k->d[0] = logits->shape[0];
     k->d[1] = logits->shape[1];
     k->d[2] = g->n;
-    k->d[3] = g->k;
-    k->bytes = nb_prof_weight_bytes(g) + 4.0 * (double)logits->shape[0] * (double)(g->k + g->n);
+    k->d[3] = g->k; /* no bytes: the profile's rates are for linear, mlp and moe_experts rows */
 }
 nb_status nb_op_moe_gate_route(nb_ops_ctx *ctx, const nb_tensor *x, const nb_weight *gate, nb_tensor *logits,
                                const nb_router_params *p, nb_tensor *ids, nb_tensor *weights)

@@ -1,10 +1,11 @@
-/* The small ops of a decode step on GLM-5's shapes (issue 9, third round): rope_n of the MLA
- * layer, the BF16 embedding, add_rmsnorm and the fused router gate + choice (moe_gate_route),
- * each against its CPU op at 1 and 10 tokens (and the legacy kernels of
- * NIBBLE_CUDA_SMALL_OPS=legacy against the current ones: the same bits where the arithmetic
- * is the same). With --bench (or NB_SMALL_BENCH=1) it then times each op per launch inside a
- * CUDA graph of 100 launches, legacy and current side by side, with a near-empty launch
- * (scale of 4 floats) as the floor of a graph node.
+/* The small ops of a decode step on GLM-5's shapes (issue 9, third round): rope_n, norm_n and
+ * set_rows_n of the MLA layer, the BF16 embedding, add_rmsnorm, the router alone and the
+ * fused router gate + choice (moe_gate_route), each against its CPU op at 1 and 10 tokens
+ * (and the legacy kernels of NIBBLE_CUDA_SMALL_OPS=legacy against the current ones: the same
+ * bits where the arithmetic is the same). With --bench (or NB_SMALL_BENCH=1) it then times
+ * each op per launch inside a CUDA graph of 100 launches: legacy, current without and with
+ * programmatic dependent launch, side by side, with a near-empty launch (scale of 4 floats)
+ * as the floor of a graph node.
  * Run on the GPU machine: test_cuda_small_ops [filter] [--bench] (exits 77 without a GPU). */
 #include <stdlib.h>
 #include <string.h>
@@ -49,16 +50,20 @@ static double graph_us(op_fn fn, void *arg)
     return best;
 }
 
-/* legacy and current side by side */
+/* legacy, current without programmatic dependent launch, current, side by side */
 static void bench_pair(const char *what, op_fn fn, void *arg)
 {
     if (!bench) return;
     nb_cuda_small_ops_force_legacy(1);
     double a = graph_us(fn, arg);
     nb_cuda_small_ops_force_legacy(0);
+    nb_cuda_pdl_force(0);
     double b = graph_us(fn, arg);
+    nb_cuda_pdl_force(1);
+    double c = graph_us(fn, arg);
+    nb_cuda_pdl_force(-1);
     nb_cuda_small_ops_force_legacy(-1);
-    printf("BENCH %-44s legacy %7.2f us  now %7.2f us  (x%.2f)\n", what, a, b, b > 0 ? a / b : 0.0);
+    printf("BENCH %-40s legacy %6.2f us  now %6.2f us, with PDL %6.2f us (x%.2f)\n", what, a, b, c, c > 0 ? a / c : 0.0);
     fflush(stdout);
 }
 
@@ -270,6 +275,175 @@ static void test_add_rmsnorm(void)
     norm_case(10);
 }
 
+/* ---- norm_n: the MLA layer's norms of the concatenated projections' row [q_a 2048 | latent
+ * 512 | k_pe 64 | index key 128 | index weights 32]: rms, rms, layer, scale ---------------- */
+
+typedef struct normn_arg {
+    nb_tensor v[4];
+    nb_norm_part p[4];
+} normn_arg;
+static void normn_bind(normn_arg *a)
+{
+    for (int i = 0; i < 4; i++) a->p[i].x = a->p[i].out = &a->v[i];
+}
+static void run_normn(void *p)
+{
+    normn_arg *a = p;
+    normn_bind(a);
+    NB_CHECK_OK(nb_op_norm_n(tu_gpu, 4, a->p));
+}
+
+static void normn_case(int T)
+{
+    const int W = 2048 + 576 + 128 + 32, off[4] = {0, 2048, 2048 + 576, 2048 + 576 + 128}, d[4] = {2048, 512, 128, 32};
+    const size_t n = (size_t)T * W;
+    float *h = malloc(n * 4), *b = malloc(n * 4), *c = malloc(n * 4), *wt = malloc((2048 + 512 + 256) * 4);
+    tu_fill(h, n, 2.0f);
+    tu_fill(wt, 2048 + 512 + 256, 1.0f);
+    float *dw = tu_up(wt, (2048 + 512 + 256) * 4), *d0 = tu_up(h, n * 4), *d1 = tu_up(h, n * 4);
+    normn_arg ha, ga, la;
+    float *bases[3] = {h, d0, d1};
+    normn_arg *as[3] = {&ha, &ga, &la};
+    for (int k = 0; k < 3; k++) {
+        const float *w = k ? dw : wt;
+        for (int i = 0; i < 4; i++) {
+            as[k]->v[i] = nb_tensor_2d(bases[k] + off[i], F32, T, d[i]);
+            as[k]->v[i].stride[0] = W;
+            as[k]->v[i].device = k ? NB_DEVICE_CUDA : NB_DEVICE_CPU;
+        }
+        as[k]->p[0] = (nb_norm_part){NB_NORM_RMS, NULL, NULL, w, NULL, 1e-6f, 1.0f};
+        as[k]->p[1] = (nb_norm_part){NB_NORM_RMS, NULL, NULL, w + 2048, NULL, 1e-6f, 1.0f};
+        as[k]->p[2] = (nb_norm_part){NB_NORM_LAYER, NULL, NULL, w + 2560, w + 2688, 1e-6f, 1.0f};
+        as[k]->p[3] = (nb_norm_part){NB_NORM_SCALE, NULL, NULL, NULL, NULL, 0.0f, 0.17677669f};
+        normn_bind(as[k]);
+    }
+    NB_CHECK_OK(nb_op_norm_n(tu_cpu, 4, ha.p));
+    run_normn(&ga);
+    nb_cuda_small_ops_force_legacy(1);
+    run_normn(&la);
+    nb_cuda_small_ops_force_legacy(-1);
+    NB_CHECK_OK(nb_ops_download(tu_gpu, b, d0, n * 4));
+    NB_CHECK_OK(nb_ops_download(tu_gpu, c, d1, n * 4));
+    char name[96];
+    snprintf(name, sizeof name, "norm_n MLA [%d x 2048|512|128|32]", T);
+    tu_compare(name, h, b, n, NB_TOL_F32);
+    NB_CHECK_MSG(!memcmp(b, c, n * 4), "%s: the legacy kernel's bits differ", name);
+    snprintf(name, sizeof name, "norm_n [%d rows, 4 parts]", T);
+    bench_pair(name, run_normn, &ga);
+    free(h), free(b), free(c), free(wt);
+    tu_free_all();
+}
+
+static void test_norm_n(void)
+{
+    tu_seed(95);
+    normn_case(1);
+    normn_case(10);
+}
+
+/* ---- set_rows_n: the latent + k_pe row (576) and the index key (128) into a pool -------- */
+
+typedef struct setn_arg {
+    nb_tensor src[2], dst[2];
+    const int32_t *rows;
+} setn_arg;
+static void run_setn(void *p)
+{
+    setn_arg *a = p;
+    const nb_tensor *s[2] = {&a->src[0], &a->src[1]};
+    nb_tensor *d[2] = {&a->dst[0], &a->dst[1]};
+    NB_CHECK_OK(nb_op_set_rows_n(tu_gpu, 2, s, a->rows, d));
+}
+
+static void setn_case(int T)
+{
+    const int W = 2784, R = 4096, PW = 576 + 64 + 128; /* pool row: latent+k_pe, (a gap), index key */
+    float *src = malloc((size_t)T * W * 4), *pool = malloc((size_t)R * PW * 4), *b = malloc((size_t)R * PW * 4);
+    tu_fill(src, (size_t)T * W, 1.0f);
+    tu_fill(pool, (size_t)R * PW, 1.0f);
+    int32_t rows[16];
+    for (int t = 0; t < T; t++) rows[t] = (int32_t)((tu_u32() % (R / 16)) * 16 + t);
+    float *ds = tu_up(src, (size_t)T * W * 4), *dp = tu_up(pool, (size_t)R * PW * 4);
+    setn_arg h, g;
+    float *sb[2] = {src, ds}, *pb[2] = {pool, dp};
+    setn_arg *as[2] = {&h, &g};
+    for (int k = 0; k < 2; k++) {
+        as[k]->src[0] = nb_tensor_2d(sb[k] + 2048, F32, T, 576);
+        as[k]->src[1] = nb_tensor_2d(sb[k] + 2048 + 576, F32, T, 128);
+        as[k]->dst[0] = nb_tensor_2d(pb[k], F32, R, 576);
+        as[k]->dst[1] = nb_tensor_2d(pb[k] + 640, F32, R, 128);
+        for (int i = 0; i < 2; i++) {
+            as[k]->src[i].stride[0] = W;
+            as[k]->dst[i].stride[0] = PW;
+            as[k]->src[i].device = as[k]->dst[i].device = k ? NB_DEVICE_CUDA : NB_DEVICE_CPU;
+        }
+    }
+    h.rows = rows;
+    g.rows = tu_up(rows, sizeof rows);
+    const nb_tensor *s2[2] = {&h.src[0], &h.src[1]};
+    nb_tensor *d2[2] = {&h.dst[0], &h.dst[1]};
+    NB_CHECK_OK(nb_op_set_rows_n(tu_cpu, 2, s2, rows, d2));
+    run_setn(&g);
+    NB_CHECK_OK(nb_ops_download(tu_gpu, b, dp, (size_t)R * PW * 4));
+    NB_CHECK_MSG(!memcmp(pool, b, (size_t)R * PW * 4), "set_rows_n %d tok: pool differs from the CPU op's", T);
+    char name[96];
+    snprintf(name, sizeof name, "set_rows_n [%d rows, 576 + 128]", T);
+    fprintf(stderr, "    %s: pool bit-exact\n", name);
+    bench_pair(name, run_setn, &g);
+    free(src), free(pool), free(b);
+    tu_free_all();
+}
+
+static void test_set_rows_n(void)
+{
+    tu_seed(96);
+    setn_case(1);
+    setn_case(10);
+}
+
+/* ---- moe_route alone (logits given), GLM-5's router ---------------------------------- */
+
+typedef struct mr_arg {
+    nb_tensor lg, ids, w;
+    nb_router_params p;
+} mr_arg;
+static void run_mr(void *p)
+{
+    mr_arg *a = p;
+    NB_CHECK_OK(nb_op_moe_route(tu_gpu, &a->lg, &a->p, &a->ids, &a->w));
+}
+
+static void test_route_alone(void)
+{
+    tu_seed(97);
+    const int T = 1, E = 256, K = 8;
+    float lg[256], bias[256], w[8], w2[8];
+    int32_t id[8], id2[8];
+    tu_fill(lg, E, 3.0f);
+    tu_fill(bias, E, 0.05f);
+    mr_arg h = {nb_tensor_2d(lg, F32, T, E), nb_tensor_2d(id, NB_DTYPE_I32, T, K), nb_tensor_2d(w, F32, T, K),
+                {E, K, NB_ROUTER_SIGMOID, NB_ROUTER_GROUP_TOP2, 1, 1, bias, 1, 2.5f}};
+    NB_CHECK_OK(nb_op_moe_route(tu_cpu, &h.lg, &h.p, &h.ids, &h.w));
+    mr_arg g = h;
+    g.lg = tu_twin(&h.lg);
+    g.ids.data = tu_poisoned(sizeof id);
+    g.w.data = tu_poisoned(sizeof w);
+    g.ids.device = g.w.device = NB_DEVICE_CUDA;
+    g.p.correction_bias = tu_up(bias, sizeof bias);
+    for (int legacy = 0; legacy < 2; legacy++) {
+        nb_cuda_small_ops_force_legacy(legacy);
+        run_mr(&g);
+        nb_cuda_small_ops_force_legacy(-1);
+        tu_down(&g.ids, id2);
+        tu_down(&g.w, w2);
+        NB_CHECK_MSG(!memcmp(id, id2, sizeof id), "moe_route GLM-5 (%s): ids differ", legacy ? "legacy" : "now");
+        tu_compare(legacy ? "moe_route GLM-5 [1 x 256] legacy: weights" : "moe_route GLM-5 [1 x 256]: weights", w, w2, K,
+                   NB_TOL_F32);
+    }
+    bench_pair("moe_route alone [1 x 256]", run_mr, &g);
+    tu_free_all();
+}
+
 /* ---- moe_gate_route: gate [E, 6144] BF16, GLM-5's router (sigmoid, correction bias,
  * top-8 of 256, norm_topk_prob, scaling 2.5) and a grouped softmax one ------------------- */
 
@@ -312,8 +486,8 @@ static int ids_agree(const char *name, const int32_t *a, const int32_t *b, const
     return bad == 0;
 }
 
-static void route_case(int T, int E, int K, nb_router_score score, nb_router_group group, int use_bias,
-                       int force_legacy, int do_bench)
+static void route_case(int T, int E, int K, nb_router_score score, nb_router_group group, int ng, int tg,
+                       int use_bias, int force_legacy, int do_bench)
 {
     tu_weight g;
     tu_weight_make(&g, NB_WFMT_BF16, E, H, 0.05f, 0);
@@ -324,8 +498,7 @@ static void route_case(int T, int E, int K, nb_router_score score, nb_router_gro
     int32_t *id = malloc(T * K * 4), *id2 = malloc(T * K * 4);
     tu_fill(x, nx, 1.0f);
     tu_fill(bias, E, 0.05f);
-    nb_router_params p = {E, K, score, group, group == NB_ROUTER_GREEDY ? 1 : 8, group == NB_ROUTER_GREEDY ? 1 : 4,
-                          use_bias ? bias : NULL, 1, 2.5f};
+    nb_router_params p = {E, K, score, group, ng, tg, use_bias ? bias : NULL, 1, 2.5f};
     route_arg h = {nb_tensor_2d(x, F32, T, H), nb_tensor_2d(lg, F32, T, E), nb_tensor_2d(id, NB_DTYPE_I32, T, K),
                    nb_tensor_2d(w, F32, T, K), &g.h, p};
     NB_CHECK_OK(nb_op_moe_gate_route(tu_cpu, &h.x, h.gate, &h.lg, &h.p, &h.ids, &h.w));
@@ -337,26 +510,44 @@ static void route_case(int T, int E, int K, nb_router_score score, nb_router_gro
     d.ids.data = tu_poisoned(T * K * 4);
     d.w.data = tu_poisoned(T * K * 4);
     d.lg.device = d.ids.device = d.w.device = NB_DEVICE_CUDA;
-    nb_cuda_small_ops_force_legacy(force_legacy);
     char name[128];
-    snprintf(name, sizeof name, "moe_gate_route%s T=%d E=%d k=%d %s%s%s", force_legacy ? " (legacy)" : "", T, E, K,
-             score == NB_ROUTER_SIGMOID ? "sigmoid" : "softmax", group == NB_ROUTER_GREEDY ? "" : " grouped",
-             use_bias ? " bias" : "");
-    /* twice: the second launch finds the completion counter back at 0 */
-    for (int rep = 0; rep < 2; rep++) {
-        run_route(&d);
-        tu_down(&d.lg, lg2);
-        tu_down(&d.ids, id2);
-        tu_down(&d.w, w2);
-        tu_compare(name, lg, lg2, (size_t)T * E, NB_TOL_F32);
-        int same = ids_agree(name, id, id2, lg, &p, use_bias ? bias : NULL, T, E, K);
-        NB_CHECK(same);
-        if (same && !memcmp(id, id2, T * K * 4)) tu_compare("  weights", w, w2, (size_t)T * K, NB_TOL_F32);
+    /* the default two launches (linear, then the router), and the fused launch where it fits
+     * (off by default: measured slower, see ops/cuda/cuda_ops.h) */
+    for (int form = 0; form < (force_legacy ? 1 : 2); form++) {
+        nb_cuda_small_ops_force_legacy(force_legacy);
+        nb_cuda_moe_gate_route_force(form);
+        snprintf(name, sizeof name, "moe_gate_route %s T=%d E=%d k=%d %s group %d (%d of %d)%s",
+                 force_legacy ? "legacy" : form ? "fused" : "two-launch", T, E, K,
+                 score == NB_ROUTER_SIGMOID ? "sigmoid" : "softmax", (int)group, tg, ng, use_bias ? " bias" : "");
+        /* twice: the second fused launch finds the completion counter back at 0 */
+        for (int rep = 0; rep < 2; rep++) {
+            long long f0 = nb_cuda_moe_gate_route_fused_launches();
+            run_route(&d);
+            const int want_fused = form && T <= 16 && E <= 512;
+            NB_CHECK_MSG((nb_cuda_moe_gate_route_fused_launches() - f0 == 1) == want_fused,
+                         "%s: the %s path was not taken", name, want_fused ? "fused" : "two-launch");
+            tu_down(&d.lg, lg2);
+            tu_down(&d.ids, id2);
+            tu_down(&d.w, w2);
+            tu_compare(name, lg, lg2, (size_t)T * E, NB_TOL_F32);
+            int same = ids_agree(name, id, id2, lg, &p, use_bias ? bias : NULL, T, E, K);
+            NB_CHECK(same);
+            if (same && !memcmp(id, id2, T * K * 4)) tu_compare("  weights", w, w2, (size_t)T * K, NB_TOL_F32);
+        }
+        nb_cuda_moe_gate_route_force(-1);
+        nb_cuda_small_ops_force_legacy(-1);
     }
-    nb_cuda_small_ops_force_legacy(-1);
     if (do_bench && bench) {
         snprintf(name, sizeof name, "router gate+route [%d tok, %d x %d]", T, E, H);
-        bench_pair(name, run_route, &d);
+        nb_cuda_small_ops_force_legacy(1);
+        double a = graph_us(run_route, &d);
+        nb_cuda_small_ops_force_legacy(-1);
+        double b = graph_us(run_route, &d);
+        nb_cuda_moe_gate_route_force(1);
+        double c = graph_us(run_route, &d);
+        nb_cuda_moe_gate_route_force(-1);
+        printf("BENCH %-40s legacy %6.2f us  now (two launches) %6.2f us  fused %6.2f us\n", name, a, b, c);
+        fflush(stdout);
         /* still right after 3 x 21 x 100 graph replays of each form */
         run_route(&d);
         tu_down(&d.ids, id2);
@@ -370,13 +561,17 @@ static void route_case(int T, int E, int K, nb_router_score score, nb_router_gro
 static void test_gate_route(void)
 {
     tu_seed(94);
+    /* GLM-5 (and GLM-4.5): noaux_tc over one group, so the group stage keeps every expert */
     const int Ts[] = {1, 2, 5, 10, 16};
     for (size_t i = 0; i < NB_ARRAY_LEN(Ts); i++)
-        route_case(Ts[i], 256, 8, NB_ROUTER_SIGMOID, NB_ROUTER_GREEDY, 1, 0, Ts[i] == 1 || Ts[i] == 10);
-    route_case(17, 256, 8, NB_ROUTER_SIGMOID, NB_ROUTER_GREEDY, 1, 0, 0); /* above the fused launch: two ops */
-    route_case(3, 256, 8, NB_ROUTER_SIGMOID, NB_ROUTER_GREEDY, 1, 1, 0);  /* the legacy two-op path */
-    route_case(7, 64, 6, NB_ROUTER_SOFTMAX, NB_ROUTER_GROUP_TOP2, 0, 0, 0);
-    route_case(4, 512, 8, NB_ROUTER_SOFTMAX, NB_ROUTER_GROUP_MAX, 1, 0, 0);
+        route_case(Ts[i], 256, 8, NB_ROUTER_SIGMOID, NB_ROUTER_GROUP_TOP2, 1, 1, 1, 0, 1);
+    route_case(17, 256, 8, NB_ROUTER_SIGMOID, NB_ROUTER_GROUP_TOP2, 1, 1, 1, 0, 0); /* above the fused launch */
+    route_case(3, 256, 8, NB_ROUTER_SIGMOID, NB_ROUTER_GROUP_TOP2, 1, 1, 1, 1, 0);  /* the legacy two-op path */
+    route_case(4, 256, 8, NB_ROUTER_SIGMOID, NB_ROUTER_GROUP_TOP2, 8, 4, 1, 0, 0);  /* DeepSeek-V3's groups */
+    route_case(4, 256, 8, NB_ROUTER_SIGMOID, NB_ROUTER_GROUP_TOP2, 8, 4, 1, 1, 0);  /* ... legacy */
+    route_case(7, 64, 6, NB_ROUTER_SOFTMAX, NB_ROUTER_GROUP_TOP2, 8, 3, 0, 0, 0);
+    route_case(4, 512, 8, NB_ROUTER_SOFTMAX, NB_ROUTER_GROUP_MAX, 8, 4, 1, 0, 0);
+    route_case(6, 128, 8, NB_ROUTER_SOFTMAX, NB_ROUTER_GREEDY, 1, 1, 0, 0, 0); /* Qwen3-MoE's */
 }
 
 static const nb_test tests[] = {
@@ -384,6 +579,9 @@ static const nb_test tests[] = {
     {"rope", test_rope},
     {"embedding", test_embedding},
     {"add_rmsnorm", test_add_rmsnorm},
+    {"norm_n", test_norm_n},
+    {"set_rows_n", test_set_rows_n},
+    {"route_alone", test_route_alone},
     {"gate_route", test_gate_route},
 };
 

@@ -86,17 +86,28 @@ nb_status nb_cuda_dsa_select(nb_ops_ctx *ctx, const nb_tensor *q, const nb_tenso
                              int32_t *sel_count);
 nb_status nb_cuda_moe_route(nb_ops_ctx *ctx, const nb_tensor *logits, const nb_router_params *p, nb_tensor *ids,
                             nb_tensor *weights);
-/* The router gate GEMV and the expert choice in one launch for up to 16 tokens (BF16 gate
- * rows, hidden % 8 == 0, at most 512 experts: ops/cuda/moe_router.h; else nb_cuda_linear then
- * nb_cuda_moe_route). NIBBLE_CUDA_SMALL_OPS=legacy takes the two-launch path always. */
+/* nb_cuda_linear then nb_cuda_moe_route. With NIBBLE_CUDA_GATE_ROUTE=fused (or the force
+ * below) the router gate GEMV and the expert choice run in one launch for up to 16 tokens
+ * (BF16 gate rows, hidden % 8 == 0, at most 512 experts: ops/cuda/moe_router.h): an
+ * experiment, off by default because it measured slower than the two launches on the H200
+ * (bench/RESULTS.md, "Small ops of a decode step, engineer C"). */
 nb_status nb_cuda_moe_gate_route(nb_ops_ctx *ctx, const nb_tensor *x, const nb_weight *gate, nb_tensor *logits,
                                  const nb_router_params *p, nb_tensor *ids, nb_tensor *weights);
+/* Fused launches nb_cuda_moe_gate_route made so far in this process (tests check the path taken). */
+long long nb_cuda_moe_gate_route_fused_launches(void);
+/* 1: the fused launch where it fits; 0: the two launches; -1: back to NIBBLE_CUDA_GATE_ROUTE. */
+void nb_cuda_moe_gate_route_force(int fused);
 /* The small ops' kernels of before issue 9's third round (rope: one block per token looping
  * over its pairs; embedding: one block per row; norms: weights loaded after the reductions;
- * router gate: a separate linear), for A/B runs: 1 forces them, 0 the current ones, -1 back
+ * router: lane 0 ranking the expert groups alone; no PDL), for A/B runs: 1 forces them, 0 the current ones, -1 back
  * to NIBBLE_CUDA_SMALL_OPS=legacy|new (default new). Read at each launch. */
 void nb_cuda_small_ops_force_legacy(int legacy);
 int nb_cuda_small_ops_legacy(void);
+/* The small kernels (norms, rope, row moves, embedding, router) launch with programmatic
+ * dependent launch (ops/cuda/pdl.cuh) unless NIBBLE_CUDA_PDL=0 or the legacy kernels are on;
+ * force: 1 on, 0 off, -1 back to the environment. */
+void nb_cuda_pdl_force(int on);
+int nb_cuda_pdl_on(void);
 nb_status nb_cuda_moe_experts(nb_ops_ctx *ctx, const nb_tensor *x, const nb_tensor *ids, const nb_tensor *weights,
                               const nb_moe_weights *w, int accumulate, nb_tensor *out);
 

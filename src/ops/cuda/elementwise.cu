@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/pdl.cuh"
 
 #define NB_ROW_THREADS 256
 
@@ -29,6 +30,22 @@ extern "C" int nb_cuda_small_ops_legacy(void)
     if (env < 0) {
         const char *e = getenv("NIBBLE_CUDA_SMALL_OPS");
         env = e && !strcmp(e, "legacy");
+    }
+    return env;
+}
+
+static int pdl_force = -1;
+
+extern "C" void nb_cuda_pdl_force(int on) { pdl_force = on < 0 ? -1 : on ? 1 : 0; }
+
+extern "C" int nb_cuda_pdl_on(void)
+{
+    static int env = -1;
+    if (nb_cuda_small_ops_legacy()) return 0;
+    if (pdl_force >= 0) return pdl_force;
+    if (env < 0) {
+        const char *e = getenv("NIBBLE_CUDA_PDL");
+        env = !(e && !strcmp(e, "0"));
     }
     return env;
 }
@@ -50,6 +67,8 @@ __global__ void __launch_bounds__(NB_EMB_THREADS) k_embedding_vec(const uint8_t 
                                                                   int64_t vocab, int64_t k, const int32_t *ids,
                                                                   float *out, int64_t ld)
 {
+    nb_pdl_wait(); // before any global access (ops/cuda/pdl.cuh)
+    nb_pdl_trigger();
     const int64_t t = blockIdx.x, v = (int64_t)blockIdx.y * NB_EMB_THREADS + threadIdx.x;
     const int per = bf16 ? 8 : 4;
     if (v * per >= k) return;
@@ -88,8 +107,12 @@ extern "C" nb_status nb_cuda_embedding(nb_ops_ctx *ctx, const nb_weight *table, 
                      out->stride[0] % 4 == 0;
     if (vec) {
         const unsigned chunks = (unsigned)((table->k / per + NB_EMB_THREADS - 1) / NB_EMB_THREADS);
-        k_embedding_vec<<<dim3((unsigned)n, chunks), NB_EMB_THREADS, 0, nb_cuda_stream(ctx)>>>(
-            (const uint8_t *)table->data, row_bytes, bf16, table->n, table->k, ids, (float *)out->data, out->stride[0]);
+        const uint8_t *data = (const uint8_t *)table->data;
+        int64_t vocab = table->n, k = table->k, ld = out->stride[0];
+        float *o = (float *)out->data;
+        void *args[] = {&data, (void *)&row_bytes, (void *)&bf16, &vocab, &k, (void *)&ids, &o, &ld};
+        NB_CUDA_TRY(nb_pdl_launch((const void *)k_embedding_vec, dim3((unsigned)n, chunks), dim3(NB_EMB_THREADS), 0,
+                                  nb_cuda_stream(ctx), args));
     } else {
         k_embedding<<<n, NB_ROW_THREADS, 0, nb_cuda_stream(ctx)>>>(*table, ids, (float *)out->data, out->stride[0]);
     }
@@ -267,6 +290,8 @@ typedef struct norm_segs_dev {
 // grid (rows, segments): block (row t, segment i) normalizes row t of segment i.
 __global__ void __launch_bounds__(NB_NORM_MAX_THREADS) k_norms(norm_segs_dev p)
 {
+    nb_pdl_wait(); // before any global access (ops/cuda/pdl.cuh)
+    nb_pdl_trigger();
     __shared__ double sh[32];
     const norm_seg_dev *g = &p.seg[blockIdx.y];
     int64_t t = blockIdx.x;
@@ -311,7 +336,9 @@ static nb_status norm_launch(nb_ops_ctx *ctx, const char *op, norm_segs_dev *p, 
                   (!g->wt || (uintptr_t)g->wt % 16 == 0) && (!g->bias || (uintptr_t)g->bias % 16 == 0);
     }
     p->legacy = nb_cuda_small_ops_legacy();
-    k_norms<<<dim3((unsigned)rows, (unsigned)p->n), threads, 0, nb_cuda_stream(ctx)>>>(*p);
+    void *args[] = {p};
+    NB_CUDA_TRY(nb_pdl_launch((const void *)k_norms, dim3((unsigned)rows, (unsigned)p->n), dim3(threads), 0,
+                              nb_cuda_stream(ctx), args));
     NB_CUDA_LAUNCHED(op);
     return NB_OK;
 }
@@ -397,6 +424,8 @@ extern "C" nb_status nb_cuda_scale(nb_ops_ctx *ctx, nb_tensor *x, float s)
 __global__ void k_move_rows(const float *src, int64_t lds, const int32_t *rows, float *dst, int64_t ldd, int64_t w,
                             int64_t n, int gather)
 {
+    nb_pdl_wait(); // before any global access (ops/cuda/pdl.cuh)
+    nb_pdl_trigger();
     int64_t t = blockIdx.x;
     int64_t r = rows[t];
     if (r < 0 || r >= n) return;
@@ -415,9 +444,12 @@ static nb_status move_rows(nb_ops_ctx *ctx, const char *op, const nb_tensor *src
                         (long long)dst->shape[1]);
     int64_t n_rows = gather ? dst->shape[0] : src->shape[0];
     if (n_rows == 0) return NB_OK;
-    k_move_rows<<<(unsigned)n_rows, NB_ROW_THREADS, 0, nb_cuda_stream(ctx)>>>(
-        (const float *)src->data, src->stride[0], rows, (float *)dst->data, dst->stride[0], src->shape[1],
-        gather ? src->shape[0] : dst->shape[0], gather);
+    const float *sp = (const float *)src->data;
+    float *dp = (float *)dst->data;
+    int64_t lds = src->stride[0], ldd = dst->stride[0], w = src->shape[1], n = gather ? src->shape[0] : dst->shape[0];
+    void *args[] = {&sp, &lds, (void *)&rows, &dp, &ldd, &w, &n, &gather};
+    NB_CUDA_TRY(nb_pdl_launch((const void *)k_move_rows, dim3((unsigned)n_rows), dim3(NB_ROW_THREADS), 0,
+                              nb_cuda_stream(ctx), args));
     NB_CUDA_LAUNCHED(op);
     return NB_OK;
 }
@@ -481,6 +513,8 @@ __global__ void k_rope(rope_parts_dev p, const int32_t *pos)
 #define NB_ROPE_THREADS 128
 __global__ void __launch_bounds__(NB_ROPE_THREADS) k_rope_pairs(rope_parts_dev p, const int32_t *pos)
 {
+    nb_pdl_wait(); // before any global access (ops/cuda/pdl.cuh)
+    nb_pdl_trigger();
     const int c = blockIdx.y;
     int i = 0;
     while (i + 1 < p.n && c >= p.c0[i + 1]) i++;
@@ -531,8 +565,9 @@ extern "C" nb_status nb_cuda_rope_n(nb_ops_ctx *ctx, int n, nb_tensor *const *x,
         unsigned threads = (unsigned)NB_MIN((work + 31) / 32 * 32, NB_ROW_THREADS);
         k_rope<<<dim3((unsigned)x[0]->shape[0], (unsigned)n), threads, 0, nb_cuda_stream(ctx)>>>(p, pos);
     } else {
-        k_rope_pairs<<<dim3((unsigned)x[0]->shape[0], (unsigned)chunks), NB_ROPE_THREADS, 0, nb_cuda_stream(ctx)>>>(
-            p, pos);
+        void *args[] = {&p, (void *)&pos};
+        NB_CUDA_TRY(nb_pdl_launch((const void *)k_rope_pairs, dim3((unsigned)x[0]->shape[0], (unsigned)chunks),
+                                  dim3(NB_ROPE_THREADS), 0, nb_cuda_stream(ctx), args));
     }
     NB_CUDA_LAUNCHED(n == 1 ? "rope" : "rope_n");
     return NB_OK;
@@ -579,6 +614,8 @@ typedef struct set_parts_dev {
 
 __global__ void k_set_rows_n(set_parts_dev p, const int32_t *rows)
 {
+    nb_pdl_wait(); // before any global access (ops/cuda/pdl.cuh)
+    nb_pdl_trigger();
     const set_part_dev *g = &p.part[blockIdx.y];
     int64_t t = blockIdx.x, r = rows[t];
     if (r < 0 || r >= g->n) return;
@@ -605,7 +642,9 @@ extern "C" nb_status nb_cuda_set_rows_n(nb_ops_ctx *ctx, int n, const nb_tensor 
                                    dst[i]->stride[0], src[i]->shape[1], dst[i]->shape[0]};
     }
     if (src[0]->shape[0] == 0) return NB_OK;
-    k_set_rows_n<<<dim3((unsigned)src[0]->shape[0], (unsigned)n), NB_ROW_THREADS, 0, nb_cuda_stream(ctx)>>>(p, rows);
+    void *args[] = {&p, (void *)&rows};
+    NB_CUDA_TRY(nb_pdl_launch((const void *)k_set_rows_n, dim3((unsigned)src[0]->shape[0], (unsigned)n),
+                              dim3(NB_ROW_THREADS), 0, nb_cuda_stream(ctx), args));
     NB_CUDA_LAUNCHED("set_rows_n");
     return NB_OK;
 }

@@ -9,8 +9,8 @@
 //             tensor-core kernels; activations rounded to BF16).
 // The per-expert nb_weight arrays are copied to the device once and found again by the
 // host array's address and contents (a table of NB_CUDA_MOE_REG_MAX entries per context).
-// moe_gate_route: the router gate GEMV and the choice in one launch at decode
-// (ops/cuda/moe_router.h), else the linear op then moe_route.
+// moe_gate_route: the linear op then moe_route; the router gate GEMV and the choice in one
+// launch (ops/cuda/moe_router.h) only when asked for (measured slower, see below).
 // Exercised by tests/cuda_ops/test_cuda_vs_cpu.c (moe_route*, moe_experts*) and
 // tests/cuda_ops/test_cuda_small_ops.c (moe_gate_route).
 #include <pthread.h>
@@ -206,6 +206,26 @@ extern "C" nb_status nb_cuda_moe_route(nb_ops_ctx *ctx, const nb_tensor *logits,
 // when every slot is held by another context. A slot stays with its context's address: a
 // context freed and another made at the same address reuse it, which is safe because the
 // counter is back at 0 after every completed launch.
+static long long gate_route_fused; // launches of the fused form, for tests
+static int gate_route_force = -1;  // nb_cuda_moe_gate_route_force
+
+extern "C" void nb_cuda_moe_gate_route_force(int fused) { gate_route_force = fused < 0 ? -1 : fused ? 1 : 0; }
+
+// The fused launch only when asked for (NIBBLE_CUDA_GATE_ROUTE=fused or the force above): on
+// the H200 it measured slower than the linear op's GEMV then the router at every T tried
+// (1 token: 12.0 vs 10.9 us per graph node; 10: 66 vs 13.6), its GEMV being bound by
+// dependent loads of x (bench/RESULTS.md).
+static int gate_route_fused_wanted(void)
+{
+    static int env = -1; // read once; a benign race between threads reads the same value
+    if (gate_route_force >= 0) return gate_route_force;
+    if (env < 0) {
+        const char *e = getenv("NIBBLE_CUDA_GATE_ROUTE");
+        env = e && !strcmp(e, "fused");
+    }
+    return env;
+}
+
 static int gate_route_slot(nb_ops_ctx *ctx)
 {
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -247,11 +267,10 @@ extern "C" nb_status nb_cuda_moe_gate_route(nb_ops_ctx *ctx, const nb_tensor *x,
     d.gate_bias = gate->bias;
     d.r.tokens = (int)T;
     d.r.experts = p->n_experts;
-    d.slot = -1;
-    const int fused = !nb_cuda_small_ops_legacy() && gate->fmt == NB_WFMT_BF16 && row_bytes % 16 == 0 &&
+    d.slot = gate_route_slot(ctx);
+    const int fused = !nb_cuda_small_ops_legacy() && gate_route_fused_wanted() && gate->fmt == NB_WFMT_BF16 && row_bytes % 16 == 0 &&
                       nb_tensor_is_contiguous(logits) && nb_tensor_is_contiguous(ids) &&
-                      nb_tensor_is_contiguous(weights) && nb_moe_gate_router_fits(&d) &&
-                      (d.slot = gate_route_slot(ctx)) >= 0;
+                      nb_tensor_is_contiguous(weights) && nb_moe_gate_router_fits(&d);
     if (!fused) {
         nb_status st = nb_cuda_linear(ctx, x, gate, logits);
         if (st != NB_OK) return nb_error_wrap(st, "moe_gate_route: gate");
@@ -268,7 +287,14 @@ extern "C" nb_status nb_cuda_moe_gate_route(nb_ops_ctx *ctx, const nb_tensor *x,
     d.r.bias = p->correction_bias;
     d.r.ids = (int32_t *)ids->data;
     d.r.weights = (float *)weights->data;
-    return nb_moe_gate_router(&d, nb_cuda_stream(ctx));
+    NB_TRY(nb_moe_gate_router(&d, nb_cuda_stream(ctx)));
+    __atomic_fetch_add(&gate_route_fused, 1, __ATOMIC_RELAXED);
+    return NB_OK;
+}
+
+extern "C" long long nb_cuda_moe_gate_route_fused_launches(void)
+{
+    return __atomic_load_n(&gate_route_fused, __ATOMIC_RELAXED);
 }
 
 __global__ void k_rows_to_bf16(const float *x, int64_t ldx, int64_t k, uint16_t *o)

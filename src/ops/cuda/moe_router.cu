@@ -4,16 +4,19 @@
 // same function as the CPU reference nb_cpu_moe_route (ops/cpu/moe.c).
 // One warp per token; the token's scores live in shared memory. Tested against a float64
 // CPU computation by tests/cuda_moe/test_moe.c (router cases).
-// Also the gate GEMV fused with that choice (ops/cuda/moe_router.h): at decode the gate
-// [256 x 6144] BF16 is 3 MB, which one launch of ~128 blocks reads near copy speed, and the
-// last block to finish routes, so a MoE layer's router costs one launch instead of a GEMV
-// launch at ~11 % of copy bandwidth plus a router launch (tests/cuda_ops/test_cuda_small_ops.c).
+// Also the gate GEMV fused with that choice (ops/cuda/moe_router.h), an experiment off by
+// default: blocks of the gate's rows compute the logits and the last block to finish routes,
+// one launch instead of two. On the H200 it measured slower than the linear op's GEMV plus
+// this router (12.0 vs 10.9 us at 1 token, 66 vs 13.6 at 10): each warp's loads of x wait one
+// after another (tests/cuda_ops/test_cuda_small_ops.c --bench, bench/RESULTS.md).
 #include <math.h>
 
 #include "base/error.h"
+#include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/device.h"
 #include "ops/cuda/moe.h"
 #include "ops/cuda/moe_router.h"
+#include "ops/cuda/pdl.cuh"
 
 #define ROUTER_WARPS 4
 #define ROUTER_MAX_E 1024
@@ -33,7 +36,8 @@ __device__ __forceinline__ void warp_argmax(float &v, int &i)
 
 // Route token `tok` with one warp; score, choice and mask: E entries of this warp's shared
 // memory. Logits are read through L2 (ld.cg): the fused launch reads rows other blocks wrote.
-__device__ void route_token(const nb_moe_router_desc &d, int tok, float *score, float *choice, unsigned char *mask)
+__device__ void route_token(const nb_moe_router_desc &d, int tok, float *score, float *choice, unsigned char *mask,
+                            bool legacy)
 {
     const int lane = threadIdx.x & 31;
     const int E = d.experts;
@@ -60,8 +64,47 @@ __device__ void route_token(const nb_moe_router_desc &d, int tok, float *score, 
     }
     __syncwarp();
 
-    if (d.group != 0) {
-        // Lane g scores group g; then the best topk_group groups unmask their experts.
+    // Groups: when every group is kept (topk_group == n_group, GLM-5's and GLM-4.5's n_group
+    // 1) the ranking cannot remove an expert, so it is skipped: it used to cost lane 0 two
+    // serial passes over all 256 experts (~15 us of the ~22 us router at decode).
+    if (d.group != 0 && d.topk_group < d.n_group && !legacy) {
+        // Each group's score by the whole warp (max, or the sum of its two best: the best
+        // value, then the best of the others, ties to the lower index), kept by lane g.
+        const int ng = d.n_group, per = E / ng;
+        float gs = -INFINITY;
+        int gi = -1;
+        for (int g = 0; g < ng; g++) {
+            const float *c = choice + g * per;
+            float v1 = -INFINITY;
+            int i1 = -1;
+            for (int i = lane; i < per; i += 32)
+                if (i1 < 0 || c[i] > v1) v1 = c[i], i1 = i;
+            warp_argmax(v1, i1);
+            float val = v1;
+            if (d.group == 2 && per >= 2) {
+                float v2 = -INFINITY;
+                int i2 = -1;
+                for (int i = lane; i < per; i += 32)
+                    if (i != i1 && (i2 < 0 || c[i] > v2)) v2 = c[i], i2 = i;
+                warp_argmax(v2, i2);
+                val = v1 + v2;
+            }
+            if (lane == g) gs = val, gi = g;
+        }
+        // Then the best topk_group groups unmask their experts.
+        for (int s = 0; s < d.topk_group; s++) {
+            float v = gs;
+            int i = gi;
+            warp_argmax(v, i);
+            for (int e = lane; e < per; e += 32) mask[i * per + e] = 1;
+            if (lane == i) gi = -1;  // chosen: out of the running
+        }
+        __syncwarp();
+    } else if (d.group != 0 && !legacy) {
+        for (int e = lane; e < E; e += 32) mask[e] = 1;
+        __syncwarp();
+    } else if (d.group != 0) {
+        // Legacy (NIBBLE_CUDA_SMALL_OPS=legacy, for A/B timings): lane g scores group g alone.
         const int ng = d.n_group, per = E / ng;
         float gs = -INFINITY;
         int gi = -1;
@@ -85,7 +128,7 @@ __device__ void route_token(const nb_moe_router_desc &d, int tok, float *score, 
             int i = gi;
             warp_argmax(v, i);
             for (int e = lane; e < per; e += 32) mask[i * per + e] = 1;
-            if (lane == i) gi = -1;  // chosen: out of the running
+            if (lane == i) gi = -1;
         }
         __syncwarp();
     }
@@ -112,14 +155,16 @@ __device__ void route_token(const nb_moe_router_desc &d, int tok, float *score, 
     }
 }
 
-__global__ void __launch_bounds__(ROUTER_WARPS * 32) moe_router_kernel(nb_moe_router_desc d)
+__global__ void __launch_bounds__(ROUTER_WARPS * 32) moe_router_kernel(nb_moe_router_desc d, bool legacy)
 {
+    nb_pdl_wait(); // before any global access (ops/cuda/pdl.cuh)
+    nb_pdl_trigger();
     __shared__ float score_s[ROUTER_WARPS][ROUTER_MAX_E], choice_s[ROUTER_WARPS][ROUTER_MAX_E];
     __shared__ unsigned char mask_s[ROUTER_WARPS][ROUTER_MAX_E];
     const int warp = threadIdx.x >> 5;
     const int tok = blockIdx.x * ROUTER_WARPS + warp;
     if (tok >= d.tokens) return;
-    route_token(d, tok, score_s[warp], choice_s[warp], mask_s[warp]);
+    route_token(d, tok, score_s[warp], choice_s[warp], mask_s[warp], legacy);
 }
 
 // The checks nb_moe_router makes; *ng, *tg: the groups in effect (1, 1 when greedy).
@@ -151,8 +196,10 @@ extern "C" nb_status nb_moe_router(const nb_moe_router_desc *d, void *stream)
     nb_moe_router_desc k = *d;
     k.n_group = ng, k.topk_group = tg;
     int blocks = (d->tokens + ROUTER_WARPS - 1) / ROUTER_WARPS;
-    moe_router_kernel<<<blocks, ROUTER_WARPS * 32, 0, (cudaStream_t)stream>>>(k);
-    NB_CUDA_TRY(cudaGetLastError());
+    bool legacy = nb_cuda_small_ops_legacy() != 0;
+    void *args[] = {&k, &legacy};
+    NB_CUDA_TRY(nb_pdl_launch((const void *)moe_router_kernel, dim3(blocks), dim3(ROUTER_WARPS * 32), 0,
+                              (cudaStream_t)stream, args));
     return NB_OK;
 }
 
@@ -171,6 +218,8 @@ __device__ unsigned int gr_done[NB_GATE_ROUTE_SLOTS];
 // the number of SMs pulling the gate's bytes: the host picks it from T.
 __global__ void __launch_bounds__(GR_WARPS * 32) gate_router_kernel(nb_moe_gate_router_desc g, int ks)
 {
+    nb_pdl_wait(); // before any global access (ops/cuda/pdl.cuh)
+    nb_pdl_trigger();
     __shared__ float part[GR_WARPS][NB_GATE_ROUTE_MAX_TOKENS];
     __shared__ float score_s[GR_WARPS][NB_GATE_ROUTE_MAX_E], choice_s[GR_WARPS][NB_GATE_ROUTE_MAX_E];
     __shared__ unsigned char mask_s[GR_WARPS][NB_GATE_ROUTE_MAX_E];
@@ -232,7 +281,7 @@ __global__ void __launch_bounds__(GR_WARPS * 32) gate_router_kernel(nb_moe_gate_
     __syncthreads();
     if (!last) return;
     __threadfence();
-    for (int tok = warp; tok < T; tok += GR_WARPS) route_token(g.r, tok, score_s[warp], choice_s[warp], mask_s[warp]);
+    for (int tok = warp; tok < T; tok += GR_WARPS) route_token(g.r, tok, score_s[warp], choice_s[warp], mask_s[warp], false);
 }
 
 // Warps per gate row for T tokens (see gate_router_kernel).
@@ -257,7 +306,9 @@ extern "C" nb_status nb_moe_gate_router(const nb_moe_gate_router_desc *d, void *
     k.r.n_group = ng, k.r.topk_group = tg;
     const int ks = gate_router_ks(d->r.tokens), rpb = GR_WARPS / ks;
     const int blocks = (d->r.experts + rpb - 1) / rpb;
-    gate_router_kernel<<<blocks, GR_WARPS * 32, 0, (cudaStream_t)stream>>>(k, ks);
-    NB_CUDA_TRY(cudaGetLastError());
+    int ksv = ks;
+    void *args[] = {&k, &ksv};
+    NB_CUDA_TRY(nb_pdl_launch((const void *)gate_router_kernel, dim3(blocks), dim3(GR_WARPS * 32), 0,
+                              (cudaStream_t)stream, args));
     return NB_OK;
 }

@@ -1,7 +1,8 @@
 /* The router gate GEMV fused with the top-k choice (ops/cuda/moe_router.cu): for a few tokens,
  * logits = x @ gate^T (+ bias) in float32 by every block of one launch, and the block that
  * finishes last routes every token (the same function as nb_moe_router, ops/cuda/moe.h).
- * Reached through nb_cuda_moe_gate_route (ops/cuda/experts.cu); tested by
+ * An experiment, off by default (measured slower than two launches; NIBBLE_CUDA_GATE_ROUTE=
+ * fused turns it on). Reached through nb_cuda_moe_gate_route (ops/cuda/experts.cu); tested by
  * tests/cuda_ops/test_cuda_small_ops.c against the CPU composition linear + moe_route. */
 #ifndef NB_OPS_CUDA_MOE_ROUTER_H
 #define NB_OPS_CUDA_MOE_ROUTER_H
