@@ -267,8 +267,9 @@ extern "C" nb_status nb_cuda_moe_gate_route(nb_ops_ctx *ctx, const nb_tensor *x,
     d.gate_bias = gate->bias;
     d.r.tokens = (int)T;
     d.r.experts = p->n_experts;
-    d.slot = gate_route_slot(ctx);
-    const int fused = !nb_cuda_small_ops_legacy() && gate_route_fused_wanted() && gate->fmt == NB_WFMT_BF16 && row_bytes % 16 == 0 &&
+    const int want = !nb_cuda_small_ops_legacy() && gate_route_fused_wanted();
+    d.slot = want ? gate_route_slot(ctx) : -1; // no slot (and no lock) on the default path
+    const int fused = want && gate->fmt == NB_WFMT_BF16 && row_bytes % 16 == 0 &&
                       nb_tensor_is_contiguous(logits) && nb_tensor_is_contiguous(ids) &&
                       nb_tensor_is_contiguous(weights) && nb_moe_gate_router_fits(&d);
     if (!fused) {
