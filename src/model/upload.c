@@ -3,8 +3,9 @@
  * size the progress bar and the copy), the second copies each marked tensor once and points
  * the twin's views at the copy; vectors outside the checkpoint (float32 norm copies, biases)
  * are copied one by one. On CUDA, an MLA layer's attention-input projections are then
- * concatenated into one weight (cat_projections, nb_layer.a_cat; NIBBLE_CAT_PROJ=0 skips it)
- * and MLA's kv_b is registered per layer with the CUDA ops (nb_cuda_mla_register: kept in
+ * concatenated into one weight (cat_projections, nb_layer.a_cat), each BF16 MLP's gate and
+ * up rows made adjacent so the mlp op reads them as one linear (cat_gate_up; NIBBLE_CAT_PROJ=0
+ * skips both), and MLA's kv_b is registered per layer with the CUDA ops (nb_cuda_mla_register: kept in
  * the form the batched GEMMs read). */
 #include "model/upload.h"
 
@@ -228,24 +229,15 @@ static void drop_tensor(up_state *s, const void *d, size_t bytes)
         }
 }
 
-/* Layer L's projections of the attention input, [q_a_proj; kv_a_proj; idx_wk;
- * idx_weights_proj] (those present), concatenated by rows into L->a_cat when they agree
- * (format BF16, F32 or NVFP4 with one global scale, the same k, dense rows, no bias); each
- * part then points at its rows of the concatenation and its own copy is freed. Row r of a
- * part is the same bytes in both, so y = x @ a_cat^T split by columns is the separate
- * linears (exactly on the CPU; within the linear kernels' tolerance on CUDA).
- * NIBBLE_CAT_PROJ=0 keeps the separate weights (A/B runs). */
-static nb_status cat_projections(up_state *s, nb_layer *L)
+/* Weights parts[0..n) concatenated by rows into one allocation when they agree (format BF16,
+ * F32 or NVFP4 with one global scale, the same k, dense rows, no bias); each part then
+ * points at its rows of the concatenation and its own copy is freed. Row r of a part is the
+ * same bytes in both, so y = x @ cat^T split by columns is the separate linears (exactly on
+ * the CPU; within the linear kernels' tolerance on CUDA). *cat (when not NULL) becomes the
+ * whole; *done says whether it happened (incompatible parts are left alone). */
+static nb_status cat_rows(up_state *s, nb_weight *const *parts, int n, const char *what, nb_weight *cat, int *done)
 {
-    nb_weight *parts[4];
-    int n = 0;
-    if (L->q_a_proj.data) parts[n++] = &L->q_a_proj;
-    if (L->kv_a_proj.data) parts[n++] = &L->kv_a_proj;
-    if (L->has_indexer && L->idx_wk.data && L->idx_weights_proj.data) {
-        parts[n++] = &L->idx_wk;
-        parts[n++] = &L->idx_weights_proj;
-    }
-    if (n < 2 || !L->q_a_proj.data) return NB_OK;
+    *done = 0;
     const nb_weight *w0 = parts[0];
     if (w0->fmt != NB_WFMT_BF16 && w0->fmt != NB_WFMT_F32 && w0->fmt != NB_WFMT_NVFP4) return NB_OK;
     const int64_t rb = nb_weight_row_bytes(w0->fmt, w0->k), sb = w0->fmt == NB_WFMT_NVFP4 ? w0->k / 16 : 0;
@@ -253,7 +245,7 @@ static nb_status cat_projections(up_state *s, nb_layer *L)
     unsigned flags = 0;
     for (int i = 0; i < n; i++) {
         const nb_weight *w = parts[i];
-        if (w->fmt != w0->fmt || w->k != w0->k || w->bias || (w->row_stride && w->row_stride != rb) ||
+        if (!w->data || w->fmt != w0->fmt || w->k != w0->k || w->bias || (w->row_stride && w->row_stride != rb) ||
             (sb && ((w->scale_row_stride && w->scale_row_stride != sb) || w->global_scale != w0->global_scale)))
             return NB_OK;
         N += w->n;
@@ -261,7 +253,7 @@ static nb_status cat_projections(up_state *s, nb_layer *L)
     }
     uint8_t *data = nb_ops_alloc(s->ctx, (size_t)(N * rb)), *scale = sb ? nb_ops_alloc(s->ctx, (size_t)(N * sb)) : NULL;
     if (!data || (sb && !scale) || !keep(s, data) || (scale && !keep(s, scale)))
-        return nb_error(NB_ERR_OUT_OF_MEMORY, "upload: concatenated attention projections of %lld rows", (long long)N);
+        return nb_error(NB_ERR_OUT_OF_MEMORY, "upload: concatenated %s of %lld rows", what, (long long)N);
     int64_t r0 = 0;
     for (int i = 0; i < n; i++) {
         nb_weight *w = parts[i];
@@ -281,13 +273,47 @@ static nb_status cat_projections(up_state *s, nb_layer *L)
         w->scale_row_stride = 0;
         r0 += w->n;
     }
-    L->a_cat = *w0;
-    L->a_cat.n = N;
-    L->a_cat.data = data;
-    L->a_cat.scale = scale;
-    L->a_cat.flags = flags;
+    if (cat) {
+        *cat = *w0;
+        cat->n = N;
+        cat->data = data;
+        cat->scale = scale;
+        cat->flags = flags;
+    }
+    *done = 1;
+    return NB_OK;
+}
+
+/* Layer L's projections of the attention input, [q_a_proj; kv_a_proj; idx_wk;
+ * idx_weights_proj] (those present), concatenated into L->a_cat (cat_rows).
+ * NIBBLE_CAT_PROJ=0 keeps the separate weights (A/B runs). */
+static nb_status cat_projections(up_state *s, nb_layer *L)
+{
+    nb_weight *parts[4];
+    int n = 0, done = 0;
+    if (L->q_a_proj.data) parts[n++] = &L->q_a_proj;
+    if (L->kv_a_proj.data) parts[n++] = &L->kv_a_proj;
+    if (L->has_indexer && L->idx_wk.data && L->idx_weights_proj.data) {
+        parts[n++] = &L->idx_wk;
+        parts[n++] = &L->idx_weights_proj;
+    }
+    if (n < 2 || !L->q_a_proj.data) return NB_OK;
+    nb_weight cat;
+    NB_TRY(cat_rows(s, parts, n, "attention projections", &cat, &done));
+    if (!done) return NB_OK;
+    L->a_cat = cat;
     L->a_cat.name = n == 4 ? "q_a+kv_a+idx_wk+idx_wproj" : "q_a+kv_a";
     return NB_OK;
+}
+
+/* A SwiGLU MLP's gate and up rows made adjacent in one allocation (cat_rows): the CUDA mlp op
+ * then runs them as one [2I, H] linear (ops/cuda/linear.cu nb_cuda_mlp). 1 when done. */
+static nb_status cat_gate_up(up_state *s, nb_weight *gate, nb_weight *up, int *done)
+{
+    *done = 0;
+    if (!gate->data || !up->data || gate->fmt != NB_WFMT_BF16) return NB_OK;
+    nb_weight *parts[2] = {gate, up};
+    return cat_rows(s, parts, 2, "gate and up projections", NULL, done);
 }
 #endif
 
@@ -390,6 +416,25 @@ static nb_status upload(const nb_model *host, const struct nb_synth_deferred *pl
         }
         NB_LOG_INFO("cuda", "attention input projections: one concatenated linear in %d of %d layers", cat,
                     m->cfg.num_layers);
+    }
+    if (nb_ops_ctx_device(ctx) == NB_DEVICE_CUDA && !(cp && !strcmp(cp, "0"))) {
+        int pairs = 0, all = 0;
+        for (int l = 0; l < m->cfg.num_layers; l++) {
+            nb_layer *L = &m->layers[l];
+            nb_weight *g[2] = {&L->gate_proj, &L->sh_gate}, *u[2] = {&L->up_proj, &L->sh_up};
+            for (int i = 0; i < 2; i++) {
+                if (!g[i]->data) continue;
+                int done = 0;
+                nb_status rs = cat_gate_up(s, g[i], u[i], &done);
+                if (rs != NB_OK) {
+                    nb_model_upload_free(m);
+                    return nb_error_wrap(rs, "layer %d gate and up projections", l);
+                }
+                pairs += done;
+                all++;
+            }
+        }
+        if (all) NB_LOG_INFO("cuda", "MLP gate and up projections: adjacent (one linear) in %d of %d MLPs", pairs, all);
     }
     if (nb_ops_ctx_device(ctx) == NB_DEVICE_CUDA && m->cfg.attn == NB_ATTN_MLA) {
         /* kv_b once per layer in the form MLA's batched GEMMs read (ops/cuda/mla.h) */

@@ -671,6 +671,33 @@ static void mlp_case(nb_wfmt fmt, int T, int H, int I, double tol)
     tu_free_all();
 }
 
+/* gate and up as adjacent rows of one BF16 allocation, as the device twin lays them out
+ * (model/upload.c): the CUDA op runs them as one [2I, H] linear (ops/cuda/linear.cu). */
+static void mlp_adjacent_case(int T, int H, int I, double tol)
+{
+    tu_weight gu, d;
+    tu_weight_make(&gu, NB_WFMT_BF16, 2 * I, H, 0.1f, 0);
+    tu_weight_make(&d, NB_WFMT_BF16, H, I, 0.1f, 0);
+    nb_weight gh = gu.h, uh = gu.h, gd = gu.d, ud = gu.d;
+    gh.n = uh.n = gd.n = ud.n = I;
+    uh.data = (char *)gu.h.data + (size_t)I * H * 2;
+    ud.data = (char *)gu.d.data + (size_t)I * H * 2;
+    float *x = malloc((size_t)T * H * 4), *o = malloc((size_t)T * H * 4), *ob = malloc((size_t)T * H * 4);
+    tu_fill(x, (size_t)T * H, 1.0f);
+    tu_fill(o, (size_t)T * H, 1.0f);
+    nb_tensor hx = nb_tensor_2d(x, F32, T, H), ho = nb_tensor_2d(o, F32, T, H);
+    nb_tensor dx = tu_twin(&hx), dout = tu_twin(&ho);
+    NB_CHECK_OK(nb_op_mlp(tu_cpu, &hx, &gh, &uh, &d.h, 1, &ho));
+    NB_CHECK_OK(nb_op_mlp(tu_gpu, &dx, &gd, &ud, &d.d, 1, &dout));
+    tu_down(&dout, ob);
+    char name[96];
+    snprintf(name, sizeof name, "mlp bf16 gate|up adjacent T=%d H=%d I=%d accumulate", T, H, I);
+    tu_compare(name, o, ob, (size_t)T * H, tol);
+    free(x), free(o), free(ob);
+    tu_weight_free(&gu), tu_weight_free(&d);
+    tu_free_all();
+}
+
 static void test_mlp(void)
 {
     tu_seed(12);
@@ -678,6 +705,10 @@ static void test_mlp(void)
         mlp_case((nb_wfmt)f, 5, 256, 384, NB_TOL_F32);
         mlp_case((nb_wfmt)f, 40, 256, 384, NB_TOL_BF16);
     }
+    /* every linear path: gemv (1, 2), mma (3..16), lt (40) */
+    const int ts[] = {1, 2, 5, 10, 16};
+    for (size_t i = 0; i < NB_ARRAY_LEN(ts); i++) mlp_adjacent_case(ts[i], 512, 384, NB_TOL_F32);
+    mlp_adjacent_case(40, 256, 384, NB_TOL_BF16);
 }
 
 /* ---- attention ------------------------------------------------------------------------ */

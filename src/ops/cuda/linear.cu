@@ -383,6 +383,31 @@ __global__ void k_silu_mul(float *g, const float *u, int64_t n)
     }
 }
 
+// Rows of [T, 2I] holding gate then up: the gate half becomes SiLU(gate) * up.
+__global__ void k_silu_mul_pairs(float *gu, int64_t T, int64_t I)
+{
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < T * I; e += (int64_t)gridDim.x * blockDim.x) {
+        float *g = gu + (e / I) * 2 * I + e % I;
+        const float a = g[0];
+        g[0] = a / (1.0f + expf(-a)) * g[I];
+    }
+}
+
+// gate and up as adjacent rows of one dense BF16 allocation (model/upload.c lays the device
+// twin's MLPs out so): one [2I, H] linear reads both. NIBBLE_CUDA_MLP_CAT=0 turns it off.
+static int gate_up_adjacent(const nb_weight *gate, const nb_weight *up)
+{
+    static int off = -1;
+    if (off < 0) {
+        const char *e = getenv("NIBBLE_CUDA_MLP_CAT");
+        off = e && !strcmp(e, "0");
+    }
+    if (off || gate->fmt != NB_WFMT_BF16 || up->fmt != NB_WFMT_BF16 || gate->bias || up->bias) return 0;
+    const int64_t rb = gate->k * 2;
+    if ((gate->row_stride && gate->row_stride != rb) || (up->row_stride && up->row_stride != rb)) return 0;
+    return (const char *)up->data == (const char *)gate->data + gate->n * rb;
+}
+
 extern "C" nb_status nb_cuda_mlp(nb_ops_ctx *ctx, const nb_tensor *x, const nb_weight *gate, const nb_weight *up,
                                  const nb_weight *down, int accumulate, nb_tensor *out)
 {
@@ -406,6 +431,18 @@ extern "C" nb_status nb_cuda_mlp(nb_ops_ctx *ctx, const nb_tensor *x, const nb_w
         // One launch for gate and up with SiLU(gate) * up in its epilogue, then down.
         NB_TRY(nb_cuda_gate_up_sk(ctx, xp, x->stride[0], T, gate, up, g, I));
         return nb_cuda_linear_raw(ctx, g, I, T, down, (float *)out->data, out->stride[0], accumulate);
+    }
+    if (gate_up_adjacent(gate, up)) {
+        // One linear for both halves (one weight stream, one launch), SiLU(gate) * up in place
+        // of the gate half, down reading that half with a row stride of 2I.
+        nb_weight gu = *gate;
+        gu.n = 2 * I;
+        gu.flags = gate->flags | up->flags;
+        NB_TRY(nb_cuda_linear_raw(ctx, xp, x->stride[0], T, &gu, g, 2 * I, 0));
+        int blocks = (int)((T * I + 255) / 256);
+        k_silu_mul_pairs<<<blocks < 65535 ? blocks : 65535, 256, 0, nb_cuda_stream(ctx)>>>(g, T, I);
+        NB_CUDA_LAUNCHED("mlp (silu of the pairs)");
+        return nb_cuda_linear_raw(ctx, g, 2 * I, T, down, (float *)out->data, out->stride[0], accumulate);
     }
     NB_TRY(nb_cuda_linear_raw(ctx, xp, x->stride[0], T, gate, g, I, 0));
     NB_TRY(nb_cuda_linear_raw(ctx, xp, x->stride[0], T, up, u, I, 0));
