@@ -12,6 +12,7 @@
 #   offline  scripts/device-issue9.sh offline (1, 2, 10, 1000)   -> offline.log, offline.json
 #   ab       bench-offline at 1 and 10 requests with each AB setting (env assignments, ';'
 #            between settings; default: the old linear_mma grid, then the old MLA split cap) -> ab.log
+#   pipetest test_cuda_vs_cpu's PIPETEST_CASES with PIPETEST_ENV set -> pipetest.log
 #   profile  scripts/device-profile.sh (1, 10, 1000)             -> profile.log
 #   serve    scripts/device-issue9.sh serve (serve + bench, NVML) -> bench.log
 # summary.txt collects each part's summary lines; at most 8 files come back.
@@ -48,6 +49,12 @@ for p in ${PARTS:-verify offline ab profile serve}; do
           --input-len 128 --output-len 64 >>"$OUT/ab.log" 2>&1 || rc=1
         grep -E "^[0-9]+ +[0-9.]+ " "$OUT/ab.log" | tail -3 | sed "s/^/${s:-default}: /" >>"$SUM"
       done ;;
+    pipetest)
+      # the op checks again with the switches of PIPETEST_ENV set (a default-to-be measured in ab)
+      # shellcheck disable=SC2086 # a list of VAR=value assignments
+      env ${PIPETEST_ENV:-NIBBLE_CUDA_LINEAR_MMA_PIPE=1} LD_LIBRARY_PATH="$PWD/.devlibs-cuda" timeout 120 \
+        "$BUILD/tests/test_cuda_vs_cpu" ${PIPETEST_CASES:-linear_mma mlp mlp_fused} >"$OUT/pipetest.log" 2>&1 || rc=1
+      tail -2 "$OUT/pipetest.log" >>"$SUM" ;;
     profile)
       mkdir -p /tmp/final-prof
       OUT=/tmp/final-prof MODEL=$MODEL scripts/device-profile.sh >>"$SUM" 2>&1 || rc=1

@@ -68,18 +68,89 @@ __device__ __forceinline__ uint32_t lm_split(float &x0, float &x1)
     return *reinterpret_cast<uint32_t *>(&h);
 }
 
+// The block stages chunk [kc, kc + LM_KC) of every token's activations into shared memory as
+// TERMS BF16 terms: 8 activations (two float4) per thread step -> TERMS x 16 bytes.
+template <int NT, int TERMS>
+__device__ __forceinline__ void lm_stage(uint16_t *xs, const float *__restrict__ x, int64_t ldx, int T, int64_t kc,
+                                         int64_t ke)
+{
+    constexpr int TOK = 8 * NT;
+    for (int e = threadIdx.x; e < TOK * (LM_KC / 8); e += blockDim.x) {
+        const int t = e / (LM_KC / 8), c8 = (e % (LM_KC / 8)) * 8;
+        float v[8];
+        if (t < T && kc + c8 < ke) {
+            const float4 *src = (const float4 *)(x + (int64_t)t * ldx + kc + c8);
+            const float4 p0 = __ldg(src), p1 = __ldg(src + 1);
+            v[0] = p0.x, v[1] = p0.y, v[2] = p0.z, v[3] = p0.w, v[4] = p1.x, v[5] = p1.y, v[6] = p1.z, v[7] = p1.w;
+        } else {
+#pragma unroll
+            for (int i = 0; i < 8; i++) v[i] = 0.0f;
+        }
+#pragma unroll
+        for (int term = 0; term < TERMS; term++) {
+            uint4 o;
+            o.x = lm_split(v[0], v[1]);
+            o.y = lm_split(v[2], v[3]);
+            o.z = lm_split(v[4], v[5]);
+            o.w = lm_split(v[6], v[7]);
+            *(uint4 *)(xs + ((int64_t)term * TOK + t) * LM_PITCH + c8) = o;
+        }
+    }
+}
+
+// S consecutive 32-wide K steps from k0 of this lane's two rows (zeros past ke or the rows).
+template <int S>
+__device__ __forceinline__ void lm_load(uint4 *a, uint4 *b, const uint16_t *w0, const uint16_t *w1, bool ok0, bool ok1,
+                                        int64_t k0, int64_t ke)
+{
+#pragma unroll
+    for (int s = 0; s < S; s++) {
+        const int64_t kk = k0 + s * 32;
+        const bool in = kk < ke;
+        a[s] = in && ok0 ? lm_ld_stream(w0 + kk) : make_uint4(0, 0, 0, 0);
+        b[s] = in && ok1 ? lm_ld_stream(w1 + kk) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+// The mmas of S steps starting at step s0 of the staged chunk kc.
+template <int NT, int TERMS, int S>
+__device__ __forceinline__ void lm_compute(float (*acc)[4], const uint4 *a, const uint4 *b, const uint16_t *xs, int s0,
+                                           int64_t kc, int64_t ke, int g, int q)
+{
+    constexpr int TOK = 8 * NT;
+#pragma unroll
+    for (int s = 0; s < S; s++) {
+        if (kc + (s0 + s) * 32 >= ke) break;
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+#pragma unroll
+            for (int term = 0; term < TERMS; term++) {
+                const uint4 bf =
+                    *(const uint4 *)(xs + ((int64_t)term * TOK + 8 * j + g) * LM_PITCH + (s0 + s) * 32 + 8 * q);
+                lm_mma(acc[j], a[s].x, b[s].x, a[s].y, b[s].y, bf.x, bf.y);
+                lm_mma(acc[j], a[s].z, b[s].z, a[s].w, b[s].w, bf.z, bf.w);
+            }
+        }
+    }
+}
+
 // NT: n8 token tiles (T <= 8 NT), TERMS: BF16 activation terms. Block: blockDim.x / 32 warps,
 // warp w owns rows [(blockIdx.x * warps + w) * 16, +16); blockIdx.y the K range
 // [y * kr, min(k, (y + 1) * kr)), kr a multiple of LM_KC. Shared: TERMS x 8NT x LM_PITCH BF16.
 // part != NULL: write this range's sums to part[(y * T + t) * n + row], else finish into y.
-template <int NT, int TERMS>
+// PIPE: the chunk's weights in two halves of 4 steps, the next half's loads issued before the
+// current half's mmas (the next chunk's first half before the second half's mmas and the
+// staging), so a warp's loads stay in flight through its math and the barriers; the same
+// registers as one 8-step batch. Not PIPE: a chunk's 8 steps loaded, then used. PIPE measured
+// slower on the H200 (8-layer GLM-5 decode step at batch 10: 5.118 vs 4.942 ms, same call,
+// bench/RESULTS.md), so it is off unless NIBBLE_CUDA_LINEAR_MMA_PIPE=1.
+template <int NT, int TERMS, bool PIPE>
 __global__ void __launch_bounds__(LM_MAX_WARPS * 32)
     k_linear_mma(const uint16_t *__restrict__ W, int64_t ldw, int64_t n, int64_t k, const float *__restrict__ x,
                  int64_t ldx, int T, int64_t kr, float *y, int64_t ldy, int accumulate, const float *bias, float *part)
 {
     extern __shared__ uint4 lm_smem[];
     uint16_t *xs = (uint16_t *)lm_smem;
-    constexpr int TOK = 8 * NT;
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     const int64_t r0 = ((int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * 16 + g;
     const bool ok0 = r0 < n, ok1 = r0 + 8 < n;
@@ -90,52 +161,27 @@ __global__ void __launch_bounds__(LM_MAX_WARPS * 32)
 #pragma unroll
     for (int j = 0; j < NT; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 
-    for (int64_t kc = kb; kc < ke; kc += LM_KC) {
-        // This chunk's weights first, so that their latency overlaps the activation staging.
-        uint4 a[8], b[8];
-#pragma unroll
-        for (int s = 0; s < 8; s++) {
-            const int64_t kk = kc + s * 32;
-            const bool in = kk < ke;
-            a[s] = in && ok0 ? lm_ld_stream(w0 + kk) : make_uint4(0, 0, 0, 0);
-            b[s] = in && ok1 ? lm_ld_stream(w1 + kk) : make_uint4(0, 0, 0, 0);
+    if (PIPE) {
+        uint4 a0[4], b0[4], a1[4], b1[4];
+        lm_load<4>(a0, b0, w0, w1, ok0, ok1, kb, ke);
+        for (int64_t kc = kb; kc < ke; kc += LM_KC) {
+            __syncthreads(); // the previous chunk's shared reads are done
+            lm_stage<NT, TERMS>(xs, x, ldx, T, kc, ke);
+            __syncthreads();
+            lm_load<4>(a1, b1, w0, w1, ok0, ok1, kc + LM_KC / 2, ke);
+            lm_compute<NT, TERMS, 4>(acc, a0, b0, xs, 0, kc, ke, g, q);
+            if (kc + LM_KC < ke) lm_load<4>(a0, b0, w0, w1, ok0, ok1, kc + LM_KC, ke);
+            lm_compute<NT, TERMS, 4>(acc, a1, b1, xs, 4, kc, ke, g, q);
         }
-        __syncthreads(); // the previous chunk's shared reads are done
-        // Stage: 8 activations (two float4) per thread step -> TERMS x 16 bytes.
-        for (int e = threadIdx.x; e < TOK * (LM_KC / 8); e += blockDim.x) {
-            const int t = e / (LM_KC / 8), c8 = (e % (LM_KC / 8)) * 8;
-            float v[8];
-            if (t < T && kc + c8 < ke) {
-                const float4 *src = (const float4 *)(x + (int64_t)t * ldx + kc + c8);
-                const float4 p0 = __ldg(src), p1 = __ldg(src + 1);
-                v[0] = p0.x, v[1] = p0.y, v[2] = p0.z, v[3] = p0.w, v[4] = p1.x, v[5] = p1.y, v[6] = p1.z, v[7] = p1.w;
-            } else {
-#pragma unroll
-                for (int i = 0; i < 8; i++) v[i] = 0.0f;
-            }
-#pragma unroll
-            for (int term = 0; term < TERMS; term++) {
-                uint4 o;
-                o.x = lm_split(v[0], v[1]);
-                o.y = lm_split(v[2], v[3]);
-                o.z = lm_split(v[4], v[5]);
-                o.w = lm_split(v[6], v[7]);
-                *(uint4 *)(xs + ((int64_t)term * TOK + t) * LM_PITCH + c8) = o;
-            }
-        }
-        __syncthreads();
-#pragma unroll
-        for (int s = 0; s < 8; s++) {
-            if (kc + s * 32 >= ke) break;
-#pragma unroll
-            for (int j = 0; j < NT; j++) {
-#pragma unroll
-                for (int term = 0; term < TERMS; term++) {
-                    const uint4 bf = *(const uint4 *)(xs + ((int64_t)term * TOK + 8 * j + g) * LM_PITCH + s * 32 + 8 * q);
-                    lm_mma(acc[j], a[s].x, b[s].x, a[s].y, b[s].y, bf.x, bf.y);
-                    lm_mma(acc[j], a[s].z, b[s].z, a[s].w, b[s].w, bf.z, bf.w);
-                }
-            }
+    } else {
+        for (int64_t kc = kb; kc < ke; kc += LM_KC) {
+            // This chunk's weights first, so that their latency overlaps the activation staging.
+            uint4 a[8], b[8];
+            lm_load<8>(a, b, w0, w1, ok0, ok1, kc, ke);
+            __syncthreads(); // the previous chunk's shared reads are done
+            lm_stage<NT, TERMS>(xs, x, ldx, T, kc, ke);
+            __syncthreads();
+            lm_compute<NT, TERMS, 8>(acc, a, b, xs, 0, kc, ke, g, q);
         }
     }
 
@@ -226,20 +272,39 @@ extern "C" nb_cuda_mma_plan nb_cuda_mma_plan_for(const nb_weight *w, int64_t T, 
     return p;
 }
 
-template <int NT, int TERMS>
-static void lm_launch(const nb_weight *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy, int accumulate,
-                      const nb_cuda_mma_plan *p, float *part, cudaStream_t s)
+// NIBBLE_CUDA_LINEAR_MMA_PIPE=1: the pipelined main loop (k_linear_mma PIPE), for A/B runs.
+static int lm_pipe(void)
+{
+    static int env = -1;
+    if (env < 0) {
+        const char *e = getenv("NIBBLE_CUDA_LINEAR_MMA_PIPE");
+        env = e && !strcmp(e, "1");
+    }
+    return env;
+}
+
+template <int NT, int TERMS, bool PIPE>
+static void lm_launch_p(const nb_weight *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy, int accumulate,
+                        const nb_cuda_mma_plan *p, float *part, cudaStream_t s)
 {
     static int optin; // more than the 48 KB default for 64 tokens
     if (!optin) {
-        cudaFuncSetAttribute(k_linear_mma<NT, TERMS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaFuncSetAttribute(k_linear_mma<NT, TERMS, PIPE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              3 * 8 * 8 * LM_PITCH * 2);
         optin = 1;
     }
     const int64_t ldw = w->row_stride ? w->row_stride / 2 : w->k;
     dim3 grid((unsigned)p->blocks_n, (unsigned)p->ksplit);
-    k_linear_mma<NT, TERMS><<<grid, 32 * p->warps, p->smem, s>>>((const uint16_t *)w->data, ldw, w->n, w->k, x, ldx, T,
-                                                                 p->kr, y, ldy, accumulate, w->bias, part);
+    k_linear_mma<NT, TERMS, PIPE><<<grid, 32 * p->warps, p->smem, s>>>(
+        (const uint16_t *)w->data, ldw, w->n, w->k, x, ldx, T, p->kr, y, ldy, accumulate, w->bias, part);
+}
+
+template <int NT, int TERMS>
+static void lm_launch(const nb_weight *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy, int accumulate,
+                      const nb_cuda_mma_plan *p, float *part, cudaStream_t s)
+{
+    if (lm_pipe()) lm_launch_p<NT, TERMS, true>(w, x, ldx, T, y, ldy, accumulate, p, part, s);
+    else lm_launch_p<NT, TERMS, false>(w, x, ldx, T, y, ldy, accumulate, p, part, s);
 }
 
 template <int TERMS>
