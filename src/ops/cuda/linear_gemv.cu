@@ -22,21 +22,13 @@
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/linear.h"
+#include "ops/cuda/linear_dev.cuh"
 
 #define GV_WARPS 8
 
 static int g_force_ksplit;
 
 extern "C" void nb_cuda_linear_force_ksplit(int ksplit) { g_force_ksplit = ksplit; }
-
-__device__ __forceinline__ uint4 gv_ld_stream(const void *p)
-{
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-}
 
 // Eight E2M1 codes of one 32-bit word (code i in bits 4i..4i+3) as floats times 2^-14,
 // ordered so that f[j] is code j and f[4 + j] code 4 + j.
@@ -145,7 +137,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32) k_gemv_vec(nb_weight w, const f
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 const bool ok = c < S && r < nr;
-                raw[u][r] = ok ? gv_ld_stream(rows + r * rb + c * 16) : make_uint4(0, 0, 0, 0);
+                raw[u][r] = ok ? nb_lin_ld_stream(rows + r * rb + c * 16) : make_uint4(0, 0, 0, 0);
                 if (FMT == NB_WFMT_NVFP4) sc[u][r] = ok ? *(const uint16_t *)(srows + r * srb + c * 2) : 0u;
             }
         }

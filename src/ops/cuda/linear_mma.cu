@@ -25,6 +25,7 @@
 #include "base/log.h"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/linear.h"
+#include "ops/cuda/linear_dev.cuh"
 
 #define LM_KC 256                 // K per staged chunk (8 steps of 32)
 #define LM_PITCH (LM_KC + 32)     // shared row pitch in BF16: 576 bytes = 64 mod 128, conflict-free
@@ -40,33 +41,6 @@ static int g_force_terms; // 0 auto (2), 2 or 3
 
 extern "C" void nb_cuda_linear_force_mma(int mode) { g_force_mma = mode == 1 || mode == 2 ? mode : 0; }
 extern "C" void nb_cuda_linear_force_mma_terms(int terms) { g_force_terms = terms == 2 || terms == 3 ? terms : 0; }
-
-__device__ __forceinline__ uint4 lm_ld_stream(const void *p)
-{
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-}
-
-__device__ __forceinline__ void lm_mma(float *c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                       uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                 "{%8, %9}, {%0, %1, %2, %3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// Two floats as packed BF16 (first in the low half) and what rounding left of each.
-__device__ __forceinline__ uint32_t lm_split(float &x0, float &x1)
-{
-    __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
-    x0 -= __low2float(h);
-    x1 -= __high2float(h);
-    return *reinterpret_cast<uint32_t *>(&h);
-}
 
 // The block stages chunk [kc, kc + LM_KC) of every token's activations into shared memory as
 // TERMS BF16 terms: 8 activations (two float4) per thread step -> TERMS x 16 bytes.
@@ -89,10 +63,10 @@ __device__ __forceinline__ void lm_stage(uint16_t *xs, const float *__restrict__
 #pragma unroll
         for (int term = 0; term < TERMS; term++) {
             uint4 o;
-            o.x = lm_split(v[0], v[1]);
-            o.y = lm_split(v[2], v[3]);
-            o.z = lm_split(v[4], v[5]);
-            o.w = lm_split(v[6], v[7]);
+            o.x = nb_lin_split(v[0], v[1]);
+            o.y = nb_lin_split(v[2], v[3]);
+            o.z = nb_lin_split(v[4], v[5]);
+            o.w = nb_lin_split(v[6], v[7]);
             *(uint4 *)(xs + ((int64_t)term * TOK + t) * LM_PITCH + c8) = o;
         }
     }
@@ -107,8 +81,8 @@ __device__ __forceinline__ void lm_load(uint4 *a, uint4 *b, const uint16_t *w0, 
     for (int s = 0; s < S; s++) {
         const int64_t kk = k0 + s * 32;
         const bool in = kk < ke;
-        a[s] = in && ok0 ? lm_ld_stream(w0 + kk) : make_uint4(0, 0, 0, 0);
-        b[s] = in && ok1 ? lm_ld_stream(w1 + kk) : make_uint4(0, 0, 0, 0);
+        a[s] = in && ok0 ? nb_lin_ld_stream(w0 + kk) : make_uint4(0, 0, 0, 0);
+        b[s] = in && ok1 ? nb_lin_ld_stream(w1 + kk) : make_uint4(0, 0, 0, 0);
     }
 }
 
@@ -127,8 +101,8 @@ __device__ __forceinline__ void lm_compute(float (*acc)[4], const uint4 *a, cons
             for (int term = 0; term < TERMS; term++) {
                 const uint4 bf =
                     *(const uint4 *)(xs + ((int64_t)term * TOK + 8 * j + g) * LM_PITCH + (s0 + s) * 32 + 8 * q);
-                lm_mma(acc[j], a[s].x, b[s].x, a[s].y, b[s].y, bf.x, bf.y);
-                lm_mma(acc[j], a[s].z, b[s].z, a[s].w, b[s].w, bf.z, bf.w);
+                nb_lin_mma(acc[j], a[s].x, b[s].x, a[s].y, b[s].y, bf.x, bf.y);
+                nb_lin_mma(acc[j], a[s].z, b[s].z, a[s].w, b[s].w, bf.z, bf.w);
             }
         }
     }

@@ -36,6 +36,7 @@
 #include "base/log.h"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/linear.h"
+#include "ops/cuda/linear_dev.cuh"
 
 #define SK_WARPS 4                 // warps per block
 #define SK_UB 4                    // 32-K steps loaded before the first is used
@@ -95,33 +96,6 @@ struct sk_args {
     float *part; // NULL: every range is whole tiles
 };
 
-__device__ __forceinline__ uint4 sk_ld_stream(const void *p)
-{
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-}
-
-__device__ __forceinline__ void sk_mma(float *c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                       uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                 "{%8, %9}, {%0, %1, %2, %3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// Two floats as packed BF16 (first in the low half); each keeps what rounding left.
-__device__ __forceinline__ uint32_t sk_split(float &x0, float &x1)
-{
-    __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
-    x0 -= __low2float(h);
-    x1 -= __high2float(h);
-    return *reinterpret_cast<uint32_t *>(&h);
-}
-
 // First unit of warp j's range, and the warp whose range holds unit u.
 __host__ __device__ __forceinline__ int64_t sk_start(int64_t units, int64_t warps, int64_t j)
 {
@@ -179,7 +153,7 @@ __global__ void __launch_bounds__(SK_WARPS * 32, 4) k_linear_sk(sk_args a)
                 for (int mt = 0; mt < 2; mt++)
 #pragma unroll
                     for (int h = 0; h < 2; h++)
-                        w[i][mt][h] = in && ok[mt][h] ? sk_ld_stream(wp[mt][h] + (s + i) * 32) : make_uint4(0, 0, 0, 0);
+                        w[i][mt][h] = in && ok[mt][h] ? nb_lin_ld_stream(wp[mt][h] + (s + i) * 32) : make_uint4(0, 0, 0, 0);
             }
 #pragma unroll
             for (int i = 0; i < SK_UB; i++) {
@@ -200,13 +174,13 @@ __global__ void __launch_bounds__(SK_WARPS * 32, 4) k_linear_sk(sk_args a)
                     }
 #pragma unroll
                     for (int term = 0; term < TERMS; term++) {
-                        const uint32_t b0 = sk_split(v[0], v[1]), b1 = sk_split(v[2], v[3]);
-                        const uint32_t b2 = sk_split(v[4], v[5]), b3 = sk_split(v[6], v[7]);
+                        const uint32_t b0 = nb_lin_split(v[0], v[1]), b1 = nb_lin_split(v[2], v[3]);
+                        const uint32_t b2 = nb_lin_split(v[4], v[5]), b3 = nb_lin_split(v[6], v[7]);
 #pragma unroll
                         for (int mt = 0; mt < 2; mt++) {
                             const uint4 r0 = w[i][mt][0], r1 = w[i][mt][1];
-                            sk_mma(acc[mt][jt], r0.x, r1.x, r0.y, r1.y, b0, b1);
-                            sk_mma(acc[mt][jt], r0.z, r1.z, r0.w, r1.w, b2, b3);
+                            nb_lin_mma(acc[mt][jt], r0.x, r1.x, r0.y, r1.y, b0, b1);
+                            nb_lin_mma(acc[mt][jt], r0.z, r1.z, r0.w, r1.w, b2, b3);
                         }
                     }
                 }
