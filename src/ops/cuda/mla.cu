@@ -357,23 +357,7 @@ __global__ void __launch_bounds__(MMA_THREADS, 1) k_mla_attend_mma(mla_args a)
                 sv[rr][4 * kk + 2] = sr[16 * kk + 2 * q4 + 8];
                 sv[rr][4 * kk + 3] = sr[16 * kk + 2 * q4 + 9];
             }
-            float mx = sv[rr][0];
-#pragma unroll
-            for (int i = 1; i < 8; i++) mx = fmaxf(mx, sv[rr][i]);
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float mn = fmaxf(m[rr], mx);
-            const float cr = m[rr] == -INFINITY ? 0.0f : expf(m[rr] - mn);
-            float sum = 0.0f;
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                sv[rr][i] = sv[rr][i] == -INFINITY ? 0.0f : expf(sv[rr][i] - mn);
-                sum += sv[rr][i];
-            }
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-            l[rr] = l[rr] * cr + sum;
-            m[rr] = mn;
+            const float cr = mla_softmax8(sv[rr], m[rr], l[rr]);
 #pragma unroll
             for (int i = 0; i < MMA_NT; i++) acc[i][2 * rr] *= cr, acc[i][2 * rr + 1] *= cr;
         }

@@ -356,23 +356,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_mla_decode(mla_args a, int b
                         sv[rr][4 * kk + 0] = x.x, sv[rr][4 * kk + 1] = x.y;
                         sv[rr][4 * kk + 2] = y.x, sv[rr][4 * kk + 3] = y.y;
                     }
-                    float mx = sv[rr][0];
-#pragma unroll
-                    for (int i = 1; i < 8; i++) mx = fmaxf(mx, sv[rr][i]);
-                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                    const float mn = fmaxf(m[j][rr], mx);
-                    const float cr = m[j][rr] == -INFINITY ? 0.0f : expf(m[j][rr] - mn);
-                    float sum = 0.0f;
-#pragma unroll
-                    for (int i = 0; i < 8; i++) {
-                        sv[rr][i] = sv[rr][i] == -INFINITY ? 0.0f : expf(sv[rr][i] - mn);
-                        sum += sv[rr][i];
-                    }
-                    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-                    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-                    l[j][rr] = l[j][rr] * cr + sum;
-                    m[j][rr] = mn;
+                    const float cr = mla_softmax8(sv[rr], m[j][rr], l[j][rr]);
 #pragma unroll
                     for (int gi = 0; gi < DEC_MAXG; gi++)
 #pragma unroll

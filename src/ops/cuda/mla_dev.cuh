@@ -92,4 +92,29 @@ extern "C" size_t nb_cuda_mla_dec_smem(int r, int rope, int max_smem);
 extern "C" nb_status nb_cuda_mla_dec_launch(const mla_args *a, int groups, int S, int device, int max_smem,
                                             cudaStream_t stream);
 
+// One online-softmax step of a row held by a lane quad (8 of its scaled scores per lane): the
+// scores become exp(s - new max) (0 for -inf), the row's max m and sum l are updated, and the
+// factor that rescales the row's earlier accumulators is returned.
+__device__ __forceinline__ float mla_softmax8(float *sv, float &m, float &l)
+{
+    float mx = sv[0];
+#pragma unroll
+    for (int i = 1; i < 8; i++) mx = fmaxf(mx, sv[i]);
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float mn = fmaxf(m, mx);
+    const float cr = m == -INFINITY ? 0.0f : expf(m - mn);
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        sv[i] = sv[i] == -INFINITY ? 0.0f : expf(sv[i] - mn);
+        sum += sv[i];
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    l = l * cr + sum;
+    m = mn;
+    return cr;
+}
+
 #endif
