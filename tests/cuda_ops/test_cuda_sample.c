@@ -193,17 +193,31 @@ static int setup(void)
 static void test_vs_cpu(void)
 {
     if (!setup()) return nb_test_skip("no CUDA context");
-    g_rs = 12345;
-    for (int d = 0; d < D_NDIST; d++) {
-        char nm[64];
-        snprintf(nm, sizeof nm, "small %s", dist_name[d]);
-        compare(nm, 300, 1000, d, 5);
-        snprintf(nm, sizeof nm, "glm5 vocab %s", dist_name[d]);
-        compare(nm, d == D_NORMAL ? 200 : 40, 154880, d, 5);
+    /* both kernels: the cluster one (8 or 16 blocks per row, the default on sm_90+ from two
+     * 1024-id chunks) and the one-block one; uneven slices and blocks left without ids too */
+    static const char *modes[] = {"", "block", "8", "16"};
+    for (size_t mi = 0; mi < NB_ARRAY_LEN(modes); mi++) {
+        if (*modes[mi])
+            setenv("NIBBLE_CUDA_SAMPLE", modes[mi], 1);
+        else
+            unsetenv("NIBBLE_CUDA_SAMPLE");
+        fprintf(stderr, "  kernel: %s\n", *modes[mi] ? modes[mi] : "default");
+        g_rs = 12345;
+        for (int d = 0; d < D_NDIST; d++) {
+            char nm[64];
+            snprintf(nm, sizeof nm, "small %s", dist_name[d]);
+            compare(nm, 300, 1000, d, 5);
+            snprintf(nm, sizeof nm, "glm5 vocab %s", dist_name[d]);
+            compare(nm, d == D_NORMAL ? 200 : 40, 154880, d, 5);
+        }
+        compare("tiny vocab", 200, 37, D_NORMAL, 5);
+        compare("vocab 1", 20, 1, D_NORMAL, 5);
+        compare("odd vocab", 50, 1025, D_TIES, 5);
+        compare("vocab 5000", 60, 5000, D_PEAKED, 5);
+        compare("vocab 33001 (empty blocks)", 60, 33001, D_NORMAL, 5);
+        compare("vocab 33001 ties", 30, 33001, D_TIES, 5);
     }
-    compare("tiny vocab", 200, 37, D_NORMAL, 5);
-    compare("vocab 1", 20, 1, D_NORMAL, 5);
-    compare("odd vocab", 50, 1025, D_TIES, 5);
+    unsetenv("NIBBLE_CUDA_SAMPLE");
 }
 
 /* A plain sampler on a small vocabulary drawn many times on the GPU: the frequencies follow
@@ -281,34 +295,43 @@ static void test_bench(void)
                {"T0.7 top_p 0.95", 0.7f, 0.95f, -1, 0},
                {"T0.7 top_p 0.9 + top-5 logprobs", 0.7f, 0.9f, -1, 5}};
     const int rows_list[] = {1, 10, 1000};
-    fprintf(stderr, "  GPU sampling, vocab %d (ms per step, wall incl. launch, mean of N)\n", V);
-    for (size_t c = 0; c < NB_ARRAY_LEN(cfg); c++) {
-        for (int r = 0; r < RMAX; r++) {
-            memset(&p[r], 0, sizeof p[r]);
-            p[r].temperature = cfg[c].t;
-            p[r].top_p = cfg[c].top_p;
-            p[r].top_k = cfg[c].top_k;
-            p[r].n_top = cfg[c].n_top;
-            p[r].want_logprob = cfg[c].n_top > 0;
-            p[r].repetition_penalty = 1.0f;
-            p[r].seed = (uint64_t)r;
-            p[r].k = 1;
-        }
-        NB_CHECK_OK(nb_ops_upload(g_gpu, dp, p, RMAX * sizeof *p));
-        for (size_t ri = 0; ri < NB_ARRAY_LEN(rows_list); ri++) {
-            int R = rows_list[ri], N = R >= 1000 ? 10 : 50;
-            nb_tensor t = nb_tensor_2d(dx, NB_DTYPE_F32, R, V);
-            t.device = NB_DEVICE_CUDA;
-            for (int w = 0; w < 3; w++) NB_CHECK_OK(nb_op_sample(g_gpu, &t, dp, NULL, dout));
-            NB_CHECK_OK(nb_ops_sync(g_gpu));
-            double t0 = now_ms();
-            for (int it = 0; it < N; it++) NB_CHECK_OK(nb_op_sample(g_gpu, &t, dp, NULL, dout));
-            NB_CHECK_OK(nb_ops_download(g_gpu, o, dout, (size_t)R * sizeof *o));
-            double ms = (now_ms() - t0) / N;
-            fprintf(stderr, "    %-34s rows %4d: %8.3f ms  (results back: %zu B; logits not moved: %.1f MB)\n",
-                    cfg[c].name, R, ms, (size_t)R * sizeof *o, (double)R * V * 4 / 1e6);
+    static const char *modes[] = {"", "block"};
+    for (size_t mi = 0; mi < NB_ARRAY_LEN(modes); mi++) {
+        if (*modes[mi])
+            setenv("NIBBLE_CUDA_SAMPLE", modes[mi], 1);
+        else
+            unsetenv("NIBBLE_CUDA_SAMPLE");
+        fprintf(stderr, "  GPU sampling, vocab %d, kernel %s (ms per step, wall incl. launch, mean of N)\n", V,
+                *modes[mi] ? modes[mi] : "default (cluster of blocks per row)");
+        for (size_t c = 0; c < NB_ARRAY_LEN(cfg); c++) {
+            for (int r = 0; r < RMAX; r++) {
+                memset(&p[r], 0, sizeof p[r]);
+                p[r].temperature = cfg[c].t;
+                p[r].top_p = cfg[c].top_p;
+                p[r].top_k = cfg[c].top_k;
+                p[r].n_top = cfg[c].n_top;
+                p[r].want_logprob = cfg[c].n_top > 0;
+                p[r].repetition_penalty = 1.0f;
+                p[r].seed = (uint64_t)r;
+                p[r].k = 1;
+            }
+            NB_CHECK_OK(nb_ops_upload(g_gpu, dp, p, RMAX * sizeof *p));
+            for (size_t ri = 0; ri < NB_ARRAY_LEN(rows_list); ri++) {
+                int R = rows_list[ri], N = R >= 1000 ? 10 : 50;
+                nb_tensor t = nb_tensor_2d(dx, NB_DTYPE_F32, R, V);
+                t.device = NB_DEVICE_CUDA;
+                for (int w = 0; w < 3; w++) NB_CHECK_OK(nb_op_sample(g_gpu, &t, dp, NULL, dout));
+                NB_CHECK_OK(nb_ops_sync(g_gpu));
+                double t0 = now_ms();
+                for (int it = 0; it < N; it++) NB_CHECK_OK(nb_op_sample(g_gpu, &t, dp, NULL, dout));
+                NB_CHECK_OK(nb_ops_download(g_gpu, o, dout, (size_t)R * sizeof *o));
+                double ms = (now_ms() - t0) / N;
+                fprintf(stderr, "    %-34s rows %4d: %8.3f ms  (results back: %zu B; logits not moved: %.1f MB)\n",
+                        cfg[c].name, R, ms, (size_t)R * sizeof *o, (double)R * V * 4 / 1e6);
+            }
         }
     }
+    unsetenv("NIBBLE_CUDA_SAMPLE");
     /* what the host path costs for the same step: logits down + one host thread sampling */
     fprintf(stderr,
             "  host path (before): download [rows, %d] F32 + nb_cpu_sample_row on one thread, T0.7 top_k 50 top_p 0.9\n",

@@ -15,21 +15,10 @@
 // keys are distinct, so at most 6 levels. The row (620 KB at GLM-5's vocabulary) is re-read
 // from L2 at each level; the weights are recomputed rather than stored.
 // Test and timing: tests/cuda_ops/test_cuda_sample.c.
-#include "ops/cuda/common.cuh"
 #include "ops/cuda/sample.h"
-#include "ops/sample_math.h"
-
-#define NB_SB 512
-#define NB_NWARP (NB_SB / 32)
-#define NB_DIG 10
-#define NB_NBK (1 << NB_DIG)
-#define NB_CHUNK 1024
-#define NB_MAX_CHUNKS (NB_SAMPLE_MAX_VOCAB / NB_CHUNK)
-
-typedef unsigned long long u64;
+#include "ops/cuda/sample_dev.cuh"
 
 static_assert(NB_MAX_CHUNKS <= NB_NBK, "the draw's chunk sums reuse the histogram's weight array");
-static_assert(NB_NBK == 2 * NB_SB, "each thread owns two buckets in the bucket scan");
 
 typedef struct nb_smp_smem {
     unsigned int cnt[NB_NBK];
@@ -47,109 +36,6 @@ typedef struct nb_smp_smem {
     int token;
     float raw;
 } nb_smp_smem;
-
-// mode 0: keys of the logits themselves (top-n, greedy); mode 1: sampling weights.
-__device__ __forceinline__ void nb_smp_elem(int mode, const float *x, int i, float m, float inv_t, float min_p,
-                                            u64 *key, u64 *w, int *cand)
-{
-    float c = nb_sm_clean(x[i]);
-    if (mode == 0) {
-        *key = nb_sm_key(nb_sm_fkey(c), i);
-        *w = 0;
-        *cand = 1;
-    } else {
-        float e = nb_sm_weight_e(c, m, inv_t);
-        *key = nb_sm_key(__float_as_uint(e), i);
-        *w = nb_sm_weight(e);
-        *cand = e >= min_p;
-    }
-}
-
-__device__ __forceinline__ u64 nb_warp_sum_u64(u64 v)
-{
-    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-// Block reductions: every thread gets the result. They begin with a barrier so the shared
-// scratch of a previous reduction is free.
-__device__ u64 nb_blk_sum_u64(u64 v, u64 *red)
-{
-    v = nb_warp_sum_u64(v);
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-    __syncthreads();
-    u64 t = 0;
-    for (int i = 0; i < NB_NWARP; i++) t += red[i];
-    return t;
-}
-
-__device__ u64 nb_blk_max_u64(u64 v, u64 *red)
-{
-    for (int o = 16; o; o >>= 1) {
-        u64 y = __shfl_xor_sync(0xffffffffu, v, o);
-        v = y > v ? y : v;
-    }
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-    __syncthreads();
-    u64 t = 0;
-    for (int i = 0; i < NB_NWARP; i++) t = red[i] > t ? red[i] : t;
-    return t;
-}
-
-// Max that ignores NaN, as the CPU's "x > m ? x : m" loop does.
-__device__ float nb_blk_max_f(float v, float *red)
-{
-    for (int o = 16; o; o >>= 1) {
-        float y = __shfl_xor_sync(0xffffffffu, v, o);
-        v = y > v ? y : v;
-    }
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-    __syncthreads();
-    float t = -INFINITY;
-    for (int i = 0; i < NB_NWARP; i++) t = red[i] > t ? red[i] : t;
-    return t;
-}
-
-__device__ double nb_blk_sum_d(double v, double *red)
-{
-    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-    __syncthreads();
-    double t = 0;
-    for (int i = 0; i < NB_NWARP; i++) t += red[i];
-    return t;
-}
-
-// Exclusive prefix sums over threads (in threadIdx order) of a (count, weight) pair.
-__device__ void nb_blk_scan2(u64 c, u64 w, u64 *ce, u64 *we, nb_smp_smem *s)
-{
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    u64 ci = c, wi = w;
-    for (int o = 1; o < 32; o <<= 1) {
-        u64 cy = __shfl_up_sync(0xffffffffu, ci, o), wy = __shfl_up_sync(0xffffffffu, wi, o);
-        if (lane >= o) {
-            ci += cy;
-            wi += wy;
-        }
-    }
-    __syncthreads();
-    if (lane == 31) {
-        s->red[warp] = ci;
-        s->red2[warp] = wi;
-    }
-    __syncthreads();
-    u64 cb = 0, wb = 0;
-    for (int i = 0; i < warp; i++) {
-        cb += s->red[i];
-        wb += s->red2[i];
-    }
-    *ce = cb + ci - c;
-    *we = wb + wi - w;
-}
 
 // The smallest key among candidates whose ranked-above count is < K and ranked-above weight
 // <= L (the best candidate always qualifies); *kept_mass: the weight of every candidate with a
@@ -185,7 +71,7 @@ __device__ u64 nb_smp_select(nb_smp_smem *s, int mode, int nbits, const float *x
         int b1 = NB_NBK - 1 - 2 * (int)threadIdx.x, b0 = b1 - 1;
         u64 c1 = s->cnt[b1], c0 = s->cnt[b0], m1 = s->mass[b1], m0 = s->mass[b0];
         u64 ce, me;
-        nb_blk_scan2(c1 + c0, m1 + m0, &ce, &me, s);
+        nb_blk_scan2(c1 + c0, m1 + m0, &ce, &me, s->red, s->red2);
         u64 ac = above_c + ce, am = above_m + me;
         if (c0 && ac + c1 < K && am + m1 <= L)
             atomicMin(&s->bstar, b0);
@@ -436,9 +322,13 @@ extern "C" nb_status nb_cuda_sample(nb_ops_ctx *ctx, nb_tensor *logits, const nb
         orig = (float *)nb_cuda_scratch(ctx, 0, (size_t)n * sizeof(float));
         if (!orig) return nb_error_wrap(NB_ERR_OUT_OF_MEMORY, "sample: %lld history entries", n);
     }
+    const int32_t *hoff = n > 0 ? hist->off : NULL, *htok = n > 0 ? hist->token : NULL,
+                  *hcnt = n > 0 ? hist->count : NULL;
+    nb_status st;
+    if (nb_cuda_sample_cluster(ctx, (float *)logits->data, rows, V, params, hoff, htok, hcnt, n, orig, out, &st))
+        return st;
     nb_sample_kernel<<<(unsigned)rows, NB_SB, 0, nb_cuda_stream(ctx)>>>(
-        (float *)logits->data, V, params, n > 0 ? hist->off : NULL, n > 0 ? hist->token : NULL,
-        n > 0 ? hist->count : NULL, n, orig, out);
+        (float *)logits->data, V, params, hoff, htok, hcnt, n, orig, out);
     NB_CUDA_LAUNCHED("sample");
     return NB_OK;
 }
