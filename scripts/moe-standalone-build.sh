@@ -12,17 +12,17 @@ mkdir -p "$OUT/obj" "$OUT/gen"
 GENCODE=""
 for a in ${ARCHS//;/ }; do GENCODE+=" -gencode=arch=compute_$a,code=sm_$a"; done
 CFLAGS="-std=c11 -O2 -Wall -Wextra -Werror -Wundef -Wshadow -Wno-unused-parameter -D_GNU_SOURCE -DNIBBLE_HAVE_CUDA=1 -DNIBBLE_VERSION_STRING=\"0.1.0\" -Iinclude -Isrc -I/usr/local/cuda/include"
-NVFLAGS="-std=c++17 -O3 ${NVCC_EXTRA:-} $GENCODE -lineinfo -DNIBBLE_HAVE_CUDA=1 -Iinclude -Isrc -Xcompiler=-Wall,-Wno-unused-parameter"
+NVFLAGS="-std=c++17 -O3 ${NVCC_EXTRA:-} $GENCODE -lineinfo -DNIBBLE_HAVE_CUDA=1 -Iinclude -Isrc -Xcompiler=-Wall,-Wno-unused-parameter,-ffunction-sections,-fdata-sections"
 objs=()
 for f in src/base/status.c src/base/log.c src/base/file.c src/base/progress.c src/format/numerics.c \
          src/tools/tile_plan.c src/ops/cuda/moe_repack.c; do
   o="$OUT/obj/$(echo "$f" | tr / _).o"; gcc $CFLAGS -c "$f" -o "$o"; objs+=("$o")
 done
-for f in src/ops/cuda/device.cu src/ops/cuda/gemm_lt.cu src/ops/cuda/moe_ffn.cu src/ops/cuda/moe_wgmma.cu src/ops/cuda/moe_router.cu \
+for f in src/ops/cuda/device.cu src/ops/cuda/gemm_lt.cu src/ops/cuda/moe_ffn.cu src/ops/cuda/moe_wgmma.cu src/ops/cuda/moe_wgpc.cu src/ops/cuda/moe_router.cu src/ops/cuda/elementwise.cu \
          src/tools/lab/moe_bench.cu; do
   o="$OUT/obj/$(echo "$f" | tr / _).o"; nvcc $NVFLAGS -c "$f" -o "$o"; objs+=("$o")
 done
-LIBS="-L/usr/local/cuda/lib64 -lcublasLt -lcudart_static -lpthread -ldl -lrt -lm"
+LIBS="-Wl,--gc-sections -L/usr/local/cuda/lib64 -lcublasLt -lcudart_static -lpthread -ldl -lrt -lm"
 gcc $CFLAGS -DNB_MOE_TEST_NO_CPU_OP -Itests tests/cuda_moe/test_moe.c "${objs[@]}" $LIBS -lstdc++ -o "$OUT/test_cuda_moe"
 printf 'NB_COMMAND(version, "version")\nNB_COMMAND(bench_moe, "bench-moe")\nNB_COMMAND(bench_gemm, "bench-gemm")\nNB_COMMAND(plan_tiles, "plan-tiles")\n' >"$OUT/gen/nb_commands.h"
 gcc $CFLAGS -I"$OUT/gen" -Iapps apps/nibble.c apps/cmd_version.c apps/cmd_bench_moe.c apps/cmd_bench_gemm.c \

@@ -6,7 +6,7 @@
  *             T = 16384 sampled, GLM-5 shapes), accumulate; the stream kernel's variants
  *             (small-step kernel, routing scans, forced tile widths)
  *             and the wgmma kernel's (tile widths, wgmma depth, accumulator chains,
- *             warps per block, old)
+ *             warps per block, old), and the producer/consumer wgmma kernel (moe_wgpc)
  *   shared:   the dense shared expert
  *   router_*: top-k router vs a CPU router written here (ids exact, weights 1e-5)
  * The repack round trip and the CPU op's agreement with the same float64 reference are
@@ -326,6 +326,45 @@ static void test_moe_wgmma_variants(void)
     experts_free(&big);
 }
 
+/* The producer/consumer wgmma kernel (ops/cuda/moe_wgpc.cu, NIBBLE_MOE_WG=pc) at each compiled
+ * tile width / remainder width, and at the ladder's own width (N unset): the edge cases of
+ * moe_small, GLM-5 shapes (sampled tokens), and 16384 tokens x top-8 at one width. */
+static const struct {
+    const char *n, *ns;
+} pc_cfgs[] = {{"", ""}, {"16", "0"}, {"32", "16"}, {"32", "0"}, {"48", "0"}, {"48", "32"}};
+
+static void test_moe_wgpc(void)
+{
+    if (!gpu_or_skip() || !have_wgmma()) return;
+    seed();
+    experts x, big;
+    NB_CHECK(experts_make(&x, 16, 512, 256) == 0);
+    NB_CHECK(experts_make(&big, 4, 6144, 2048) == 0);
+    setenv("NIBBLE_MOE_WG", "pc", 1);
+    for (size_t c = 0; c < NB_ARRAY_LEN(pc_cfgs); c++) {
+        setenv("NIBBLE_MOE_WG_N", pc_cfgs[c].n, 1);
+        setenv("NIBBLE_MOE_WG_NS", pc_cfgs[c].ns, 1);
+        fprintf(stderr, "  producer/consumer variant: N %s NS %s\n", pc_cfgs[c].n, pc_cfgs[c].ns);
+        moe_case(&x, 1, 4, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 1 << 30);
+        moe_case(&x, 5, 4, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 1 << 30);   /* fills no tile */
+        moe_case(&x, 3, 2, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 1 << 30);   /* most experts empty */
+        moe_case(&x, 77, 4, ROUTE_ONE_HOT, NB_MOE_KERNEL_WGMMA, 0, 1 << 30);  /* 77 tokens on expert 3 */
+        moe_case(&x, 64, 4, ROUTE_FEW, NB_MOE_KERNEL_WGMMA, 0, 1 << 30);      /* 5 hot experts, 11 empty */
+        moe_case(&x, 40, 4, ROUTE_SKIP, NB_MOE_KERNEL_WGMMA, 1, 1 << 30);     /* ids of -1, out += */
+        moe_case(&x, 300, 3, ROUTE_ONE_HOT, NB_MOE_KERNEL_WGMMA, 0, 60);      /* tiles side by side */
+        moe_case(&x, 200, 8, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 50);      /* 100 per expert */
+        moe_case(&x, 62, 8, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 1 << 30);  /* ~31 per expert */
+        moe_case(&big, 3, 3, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 1 << 30); /* GLM-5 shapes */
+        moe_case(&big, 124, 1, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 3);     /* ~31 per expert */
+    }
+    unsetenv("NIBBLE_MOE_WG_N"), unsetenv("NIBBLE_MOE_WG_NS");
+    moe_case(&x, 16384, 8, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 48);
+    moe_case(&x, 2000, 8, ROUTE_ONE_HOT, NB_MOE_KERNEL_WGMMA, 0, 40);
+    unsetenv("NIBBLE_MOE_WG");
+    experts_free(&x);
+    experts_free(&big);
+}
+
 /* The dense shared expert, T tokens: accumulating into out, or overwriting a NaN-poisoned
  * out. T <= 12 runs the stream kernel, T <= 64 its small-step kernel in dense mode. */
 static void shared_case(experts *x, int T, int accumulate)
@@ -499,7 +538,7 @@ static void test_router(void)
 static const nb_test tests[] = {
     {"moe_small", test_moe_small}, {"moe_big_t", test_moe_big_t},
     {"moe_glm5_shape", test_moe_glm5_shape}, {"moe_stream_variants", test_moe_stream_variants},
-    {"moe_wgmma_variants", test_moe_wgmma_variants},
+    {"moe_wgmma_variants", test_moe_wgmma_variants}, {"moe_wgpc", test_moe_wgpc},
     {"shared", test_shared},   {"router", test_router},
 };
 

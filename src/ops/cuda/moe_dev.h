@@ -172,5 +172,10 @@ __device__ __forceinline__ void add_release(int *p, int v)
 nb_status moe_launch_wg(const moe_params &p, int nmax, int sms, cudaStream_t st);
 // Its dynamic shared memory for tiles of up to nmax tokens (nb_moe_wg_smem_bytes + alignment).
 size_t moe_wg_dyn_smem(int nmax, int a_smem);
+// The producer/consumer variant (moe_wgpc.cu; moe_launch_wg calls it under NIBBLE_MOE_WG=pc):
+// tiles of nw = 16, 32 or 48 tokens, 16 consumer warps + 1 producer warp per block; refuses
+// shapes where moe_wgpc_fits is 0 (inter % 256, hidden % 512).
+nb_status moe_launch_wgpc(const moe_params &p, int nw, int sms, cudaStream_t st);
+int moe_wgpc_fits(int hidden, int inter);
 
 #endif

@@ -54,37 +54,6 @@
 #define MOE_WG_SLICE 128                                  // k per ring stage (two k-tiles)
 #define MOE_WG_PERM_KTILES(w) ((w) * 64)                  // 64-wide k-tiles of x one permuting item rewrites
 
-// ---- wgmma plumbing ------------------------------------------------------------------------
-
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wg_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
-// Pins an accumulator in program order relative to the asm around it (reads after a wait
-// must not be hoisted above it).
-__device__ __forceinline__ void wg_pin(float &r) { asm volatile("" : "+f"(r)::"memory"); }
-// cp.async writes reach the tensor cores' (async proxy) view of shared memory only after this.
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-
-// Shared-memory matrix descriptor of a K-major BF16 operand in the 128-byte swizzle: rows of
-// 64 elements (128 bytes), 8-row atoms of 1024 bytes (stride byte offset), atoms 1024-aligned;
-// the k-step s of a k-tile starts 32*s bytes into the row (the hardware applies the swizzle
-// to the full address). Leading byte offset unused for swizzled K-major (set to 1).
-__device__ __forceinline__ uint64_t wg_desc(uint32_t saddr)
-{
-    return (uint64_t)((saddr & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
-           ((uint64_t)1 << 62);
-}
-
-// Position of real k (0..63 inside a k-tile) in wgmma order.
-__device__ __forceinline__ int wg_pos64(int x)
-{
-    return ((x >> 2) & 3) * 16 + ((x >> 1) & 1) * 8 + (x >> 4) * 2 + (x & 1);
-}
-
 // ---- items ---------------------------------------------------------------------------------
 
 // Rewrites MOE_WG_PERM_KTILES k-tiles of x (from k-tile `first` on) in wgmma order into xp:
@@ -509,12 +478,23 @@ static int moe_wg_old(int *as)
     return *as || (wg && !strcmp(wg, "old"));
 }
 
+// 1 for the producer/consumer kernel (moe_wgpc.cu): NIBBLE_MOE_WG=pc; NIBBLE_MOE_WG=rs (or old)
+// keeps the third session's kernel (or the second's).
+static int moe_wg_pc(void)
+{
+    const char *wg = getenv("NIBBLE_MOE_WG");
+    return wg && !strcmp(wg, "pc");
+}
+
 int moe_wg_tile_tokens(double tokens_per_expert)
 {
     int as;
     if (moe_wg_old(&as)) return NB_MOE_WG_TILE;
     const int forced = moe_wg_env_int("NIBBLE_MOE_WG_N", 0);
     if (forced == 16 || forced == 32 || forced == 48 || forced == 64) return forced;
+    // The producer/consumer kernel has at most 112 registers per consumer thread: 48-token
+    // tiles at most (64 would serialize its wgmmas).
+    if (moe_wg_pc()) return tokens_per_expert <= 10.0 ? 16 : tokens_per_expert <= 24.0 ? 32 : 48;
     // The tile holds most experts' tokens, so few experts pay for their weights twice (H200,
     // GLM-5 layer: 256 tokens 16, 512 tokens 32, 1000-1024 tokens 48, 2048 tokens the old
     // kernel's 64; the bounds between those points were not measured).
@@ -525,6 +505,8 @@ int moe_wg_tile_tokens(double tokens_per_expert)
 nb_status moe_launch_wg(const moe_params &p, int nmax, int sms, cudaStream_t st)
 {
     int as, nw = nmax, ns, d, c, w;
+    // Shapes it cannot take (inter % 256, hidden % 512) stay on this file's kernels.
+    if (!moe_wg_old(&as) && moe_wg_pc() && moe_wgpc_fits(p.hidden, p.inter)) return moe_launch_wgpc(p, nmax, sms, st);
     if (moe_wg_old(&as)) {
         if (nmax != NB_MOE_WG_TILE)
             return nb_error(NB_ERR_INVALID_ARG, "moe: the old wgmma kernel takes %d-token tiles, not %d",

@@ -3,12 +3,46 @@
 // wgmma kernel (ops/cuda/moe_wgmma.cu) picks the narrowest N that covers a token tile.
 // Written out per N because the accumulator list is part of the instruction; the pattern
 // is the same for every N: N/2 accumulators "+f", then the A registers or descriptor, B's
-// descriptor and the scale-d flag (always 1 here: the caller zeroes D first). Device code:
-// include from .cu files only. Exercised by tests/cuda_moe/test_moe.c (kernel "wgmma").
+// descriptor and the scale-d flag (always 1 here: the caller zeroes D first). Also the
+// fence / commit / wait plumbing and the swizzled operand descriptor, shared with the
+// producer/consumer kernel (moe_wgpc.cu). Device code: include from .cu files only.
+// Exercised by tests/cuda_moe/test_moe.c (kernel "wgmma", moe_wgmma_variants, moe_wgpc).
 #ifndef NB_OPS_CUDA_MOE_WGMMA_OPS_H
 #define NB_OPS_CUDA_MOE_WGMMA_OPS_H
 
 #include <stdint.h>
+
+// ---- wgmma plumbing shared by moe_wgmma.cu and moe_wgpc.cu ----------------------------------
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wg_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// Pins an accumulator in program order relative to the asm around it (reads after a wait
+// must not be hoisted above it).
+__device__ __forceinline__ void wg_pin(float &r) { asm volatile("" : "+f"(r)::"memory"); }
+// cp.async writes reach the tensor cores' (async proxy) view of shared memory only after this.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+// Shared-memory matrix descriptor of a K-major BF16 operand in the 128-byte swizzle: rows of
+// 64 elements (128 bytes), 8-row atoms of 1024 bytes (stride byte offset), atoms 1024-aligned;
+// the k-step s of a k-tile starts 32*s bytes into the row (the hardware applies the swizzle
+// to the full address). Leading byte offset unused for swizzled K-major (set to 1).
+__device__ __forceinline__ uint64_t wg_desc(uint32_t saddr)
+{
+    return (uint64_t)((saddr & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
+           ((uint64_t)1 << 62);
+}
+
+// Position of real k (0..63 inside a k-tile) in wgmma order.
+__device__ __forceinline__ int wg_pos64(int x)
+{
+    return ((x >> 2) & 3) * 16 + ((x >> 1) & 1) * 8 + (x >> 4) * 2 + (x & 1);
+}
+
 
 // D += A * B, B K-major (imm-trans-b 0), no negation.
 template <int N>

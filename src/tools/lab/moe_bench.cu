@@ -1,5 +1,6 @@
 // Kernel lab harness for the NVFP4 MoE kernels (tools/lab/moe_bench.h).
-// Exercise: nibble bench-moe --tokens 1,64,2048 ; nibble bench-gemm
+// Exercise: nibble bench-moe --tokens 1,64,2048 ; nibble bench-gemm ;
+//   NIBBLE_BENCH_MOE_VARIANTS="NIBBLE_MOE_WG=rs NIBBLE_MOE_WG=pc" nibble bench-moe (A/B)
 // Weights are random bytes (every E2M1 code is valid; scales are drawn among normal E4M3
 // values) generated on the device, so nothing but time is measured. Correctness of the same
 // kernels on random data is tests/cuda_moe's job.
@@ -15,6 +16,50 @@
 #include "tools/lab/moe_bench.h"
 
 #define BENCH_ID_SETS 16  // distinct routings cycled through the timed runs
+
+// A/B runs in one process: NIBBLE_BENCH_MOE_VARIANTS="A=1,B=2 A=3" times every token point
+// once per space-separated variant, with its comma-separated environment assignments set
+// (every name any variant assigns is unset first), on the same weights and routings; the
+// row ends with the variant. The kernels read their switches at each launch.
+#define BENCH_MAX_VARIANTS 8
+typedef struct {
+    int n;
+    char text[BENCH_MAX_VARIANTS][128];
+} bench_variants;
+
+static void variants_parse(bench_variants *v)
+{
+    memset(v, 0, sizeof *v);
+    const char *e = getenv("NIBBLE_BENCH_MOE_VARIANTS");
+    while (e && *e && v->n < BENCH_MAX_VARIANTS) {
+        while (*e == ' ') e++;
+        size_t len = strcspn(e, " ");
+        if (!len) break;
+        if (len >= sizeof v->text[0]) len = sizeof v->text[0] - 1;
+        memcpy(v->text[v->n++], e, len);
+        e += strcspn(e, " ");
+    }
+}
+
+// Unsets every name of every variant (set != 0: then sets variant vi's assignments).
+static void variants_apply(const bench_variants *v, int vi)
+{
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < v->n; i++) {
+            if (pass == 1 && i != vi) continue;
+            char buf[128];
+            memcpy(buf, v->text[i], sizeof buf);
+            for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+                char *eq = strchr(tok, '=');
+                if (!eq) continue;
+                *eq = 0;
+                if (pass == 0)
+                    unsetenv(tok);
+                else
+                    setenv(tok, eq + 1, 1);
+            }
+        }
+}
 
 __device__ __forceinline__ uint32_t bench_hash(uint64_t x)
 {
@@ -292,6 +337,9 @@ extern "C" nb_status nb_bench_moe_run(const nb_bench_moe_params *p)
         sm_arch = 10 * major + minor;
     }
 
+    bench_variants var;
+    variants_parse(&var);
+    int rows = 0;
     for (int ti = 0; ti < p->n_tokens && status == NB_OK; ti++) {
         const int T = p->tokens[ti];
         double touched = 0;
@@ -301,75 +349,79 @@ extern "C" nb_status nb_bench_moe_run(const nb_bench_moe_params *p)
             cudaMemcpy((float *)dw + (size_t)s * maxT * K, hw, sizeof(float) * T * K, cudaMemcpyHostToDevice);
         }
         touched /= BENCH_ID_SETS;
-        nb_moe_kernel kern = kernel_of(p->kernel);
-        if (kern == NB_MOE_KERNEL_AUTO) kern = nb_moe_pick_kernel(T, K, E, H, I, sm_arch);
-        nb_moe_desc d;
-        memset(&d, 0, sizeof d);
-        d.tokens = T, d.topk = K, d.x = (const uint16_t *)x, d.out = (float *)out, d.kernel = kern;
-        d.workspace = wsp, d.workspace_bytes = wsb;
-        // Un-captured first call: lazy module loading and the launcher's one-time queries.
-        d.ids = (const int32_t *)dids, d.weights = (const float *)dw;
-        if ((status = nb_moe_forward(&ws[0].w, &d, st)) != NB_OK) break;
-        // One graph per (routing, weight set) pair used; the timed loop cycles through them.
-        cudaGraphExec_t graphs[BENCH_ID_SETS];
-        for (int s = 0; s < BENCH_ID_SETS && status == NB_OK; s++) {
-            d.ids = (const int32_t *)dids + (size_t)s * maxT * K;
-            d.weights = (const float *)dw + (size_t)s * maxT * K;
-            cudaGraph_t gr;
-            if (cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
-                status = nb_error(NB_ERR_CUDA, "bench-moe: cannot capture a graph");
+        for (int vi = 0; vi < (var.n ? var.n : 1) && status == NB_OK; vi++) {
+            if (var.n) variants_apply(&var, vi);
+            nb_moe_kernel kern = kernel_of(p->kernel);
+            if (kern == NB_MOE_KERNEL_AUTO) kern = nb_moe_pick_kernel(T, K, E, H, I, sm_arch);
+            nb_moe_desc d;
+            memset(&d, 0, sizeof d);
+            d.tokens = T, d.topk = K, d.x = (const uint16_t *)x, d.out = (float *)out, d.kernel = kern;
+            d.workspace = wsp, d.workspace_bytes = wsb;
+            // Un-captured first call: lazy module loading and the launcher's one-time queries.
+            d.ids = (const int32_t *)dids, d.weights = (const float *)dw;
+            if ((status = nb_moe_forward(&ws[0].w, &d, st)) != NB_OK) break;
+            // One graph per (routing, weight set) pair used; the timed loop cycles through them.
+            cudaGraphExec_t graphs[BENCH_ID_SETS];
+            for (int s = 0; s < BENCH_ID_SETS && status == NB_OK; s++) {
+                d.ids = (const int32_t *)dids + (size_t)s * maxT * K;
+                d.weights = (const float *)dw + (size_t)s * maxT * K;
+                cudaGraph_t gr;
+                if (cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+                    status = nb_error(NB_ERR_CUDA, "bench-moe: cannot capture a graph");
+                    break;
+                }
+                status = nb_moe_forward(&ws[s % sets].w, &d, st);
+                cudaError_t ce = cudaStreamEndCapture(st, &gr);
+                if (status == NB_OK && ce != cudaSuccess) status = nb_error(NB_ERR_CUDA, "bench-moe: capture failed");
+                if (status == NB_OK && cudaGraphInstantiate(&graphs[s], gr, 0) != cudaSuccess)
+                    status = nb_error(NB_ERR_CUDA, "bench-moe: graph instantiate failed");
+                if (status == NB_OK) cudaGraphDestroy(gr);
+            }
+            if (status != NB_OK) break;
+            for (int s = 0; s < BENCH_ID_SETS; s++) cudaGraphLaunch(graphs[s], st);  // warm-up
+            for (int i = 0; i < p->iters; i++) {
+                cudaEventRecord(ev[2 * i], st);
+                cudaGraphLaunch(graphs[i % BENCH_ID_SETS], st);
+                cudaEventRecord(ev[2 * i + 1], st);
+            }
+            if (cudaStreamSynchronize(st) != cudaSuccess) {
+                status = nb_error(NB_ERR_CUDA, "bench-moe: T=%d: %s", T, cudaGetErrorString(cudaGetLastError()));
                 break;
             }
-            status = nb_moe_forward(&ws[s % sets].w, &d, st);
-            cudaError_t ce = cudaStreamEndCapture(st, &gr);
-            if (status == NB_OK && ce != cudaSuccess) status = nb_error(NB_ERR_CUDA, "bench-moe: capture failed");
-            if (status == NB_OK && cudaGraphInstantiate(&graphs[s], gr, 0) != cudaSuccess)
-                status = nb_error(NB_ERR_CUDA, "bench-moe: graph instantiate failed");
-            if (status == NB_OK) cudaGraphDestroy(gr);
+            for (int i = 0; i < p->iters; i++) cudaEventElapsedTime(&tg[i], ev[2 * i], ev[2 * i + 1]);
+            for (int i = 0; i < p->iters && status == NB_OK; i++) {
+                int s = i % BENCH_ID_SETS;
+                d.ids = (const int32_t *)dids + (size_t)s * maxT * K;
+                d.weights = (const float *)dw + (size_t)s * maxT * K;
+                cudaEventRecord(ev[2 * i], st);
+                status = nb_moe_forward(&ws[s % sets].w, &d, st);
+                cudaEventRecord(ev[2 * i + 1], st);
+            }
+            if (cudaStreamSynchronize(st) != cudaSuccess && status == NB_OK)
+                status = nb_error(NB_ERR_CUDA, "bench-moe: T=%d: %s", T, cudaGetErrorString(cudaGetLastError()));
+            for (int i = 0; i < p->iters; i++) cudaEventElapsedTime(&ts[i], ev[2 * i], ev[2 * i + 1]);
+            for (int s = 0; s < BENCH_ID_SETS; s++) cudaGraphExecDestroy(graphs[s]);
+            if (status != NB_OK) break;
+            double ms = median(tg, p->iters), ms_s = median(ts, p->iters);
+            double bytes = touched * expert_bytes + (double)T * H * (2 + 4);
+            double flops = 6.0 * T * K * (double)H * I;
+            double fb = bytes / (c.copy_GBps * 1e9) * 1e3, ff = flops / (c.bf16_TFLOPs * 1e12) * 1e3;
+            double floor_ms = fb > ff ? fb : ff;
+            printf("%7d %7s %9.4f %9.4f %8.1f %9.0f %9.1f %9.4f %9s %10.2f%s%s\n", T, nb_moe_kernel_name(kern), ms, ms_s,
+                   touched, bytes / (ms * 1e-3) / 1e9, flops / (ms * 1e-3) / 1e12, floor_ms, fb > ff ? "memory" : "compute",
+                   ms / floor_ms, var.n ? "  " : "", var.n ? var.text[vi] : "");
+            fflush(stdout);
+            if (jf)
+                fprintf(jf,
+                        "%s\n  {\"tokens\": %d, \"kernel\": \"%s\", \"ms\": %.5f, \"ms_no_graph\": %.5f, \"experts_touched\": "
+                        "%.2f, \"bytes\": %.0f, \"flops\": %.0f, \"GBps\": %.1f, \"TFLOPs\": %.2f, \"floor_ms\": %.5f, "
+                        "\"bound\": \"%s\", \"time_over_floor\": %.3f, \"variant\": \"%s\"}",
+                        rows++ ? "," : "", T, nb_moe_kernel_name(kern), ms, ms_s, touched, bytes, flops,
+                        bytes / (ms * 1e-3) / 1e9, flops / (ms * 1e-3) / 1e12, floor_ms, fb > ff ? "memory" : "compute",
+                        ms / floor_ms, var.n ? var.text[vi] : "");
         }
-        if (status != NB_OK) break;
-        for (int s = 0; s < BENCH_ID_SETS; s++) cudaGraphLaunch(graphs[s], st);  // warm-up
-        for (int i = 0; i < p->iters; i++) {
-            cudaEventRecord(ev[2 * i], st);
-            cudaGraphLaunch(graphs[i % BENCH_ID_SETS], st);
-            cudaEventRecord(ev[2 * i + 1], st);
-        }
-        if (cudaStreamSynchronize(st) != cudaSuccess) {
-            status = nb_error(NB_ERR_CUDA, "bench-moe: T=%d: %s", T, cudaGetErrorString(cudaGetLastError()));
-            break;
-        }
-        for (int i = 0; i < p->iters; i++) cudaEventElapsedTime(&tg[i], ev[2 * i], ev[2 * i + 1]);
-        for (int i = 0; i < p->iters && status == NB_OK; i++) {
-            int s = i % BENCH_ID_SETS;
-            d.ids = (const int32_t *)dids + (size_t)s * maxT * K;
-            d.weights = (const float *)dw + (size_t)s * maxT * K;
-            cudaEventRecord(ev[2 * i], st);
-            status = nb_moe_forward(&ws[s % sets].w, &d, st);
-            cudaEventRecord(ev[2 * i + 1], st);
-        }
-        if (cudaStreamSynchronize(st) != cudaSuccess && status == NB_OK)
-            status = nb_error(NB_ERR_CUDA, "bench-moe: T=%d: %s", T, cudaGetErrorString(cudaGetLastError()));
-        for (int i = 0; i < p->iters; i++) cudaEventElapsedTime(&ts[i], ev[2 * i], ev[2 * i + 1]);
-        for (int s = 0; s < BENCH_ID_SETS; s++) cudaGraphExecDestroy(graphs[s]);
-        if (status != NB_OK) break;
-        double ms = median(tg, p->iters), ms_s = median(ts, p->iters);
-        double bytes = touched * expert_bytes + (double)T * H * (2 + 4);
-        double flops = 6.0 * T * K * (double)H * I;
-        double fb = bytes / (c.copy_GBps * 1e9) * 1e3, ff = flops / (c.bf16_TFLOPs * 1e12) * 1e3;
-        double floor_ms = fb > ff ? fb : ff;
-        printf("%7d %7s %9.4f %9.4f %8.1f %9.0f %9.1f %9.4f %9s %10.2f\n", T, nb_moe_kernel_name(kern), ms, ms_s,
-               touched, bytes / (ms * 1e-3) / 1e9, flops / (ms * 1e-3) / 1e12, floor_ms, fb > ff ? "memory" : "compute",
-               ms / floor_ms);
-        fflush(stdout);
-        if (jf)
-            fprintf(jf,
-                    "%s\n  {\"tokens\": %d, \"kernel\": \"%s\", \"ms\": %.5f, \"ms_no_graph\": %.5f, \"experts_touched\": "
-                    "%.2f, \"bytes\": %.0f, \"flops\": %.0f, \"GBps\": %.1f, \"TFLOPs\": %.2f, \"floor_ms\": %.5f, "
-                    "\"bound\": \"%s\", \"time_over_floor\": %.3f}",
-                    ti ? "," : "", T, nb_moe_kernel_name(kern), ms, ms_s, touched, bytes, flops,
-                    bytes / (ms * 1e-3) / 1e9, flops / (ms * 1e-3) / 1e12, floor_ms, fb > ff ? "memory" : "compute",
-                    ms / floor_ms);
     }
+    if (var.n) variants_apply(&var, -1);
     if (jf) {
         fprintf(jf, "\n]}\n");
         fclose(jf);
