@@ -37,7 +37,7 @@ int nb_cmd_bench_linear(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: nibble bench-linear [--tokens 1,2,10] [--lt-tokens 512,4096|none]\n"
+            printf("usage: nibble bench-linear [--tokens 1,2,10] [--lt-tokens 512,4096|none] [--ab]\n"
                    "                           [--format bf16|nvfp4|all]\n"
                    "                           [--sweep] [--lt-host] [--lt-cold] [--iters 10]\n"
                    "  --tokens  decode token counts 1..64 (GEMV, or the skinny tensor-core GEMM for BF16\n"
@@ -47,11 +47,17 @@ int nb_cmd_bench_linear(int argc, char **argv)
                    "  --lt-cold eager decode steps at T = 808, 744, 680, 616 on the cuBLASLt shapes, each call\n"
                    "            timed between two events (first use vs cached; NIBBLE_CUDA_GEMM_WARM=0: no warm-up)\n"
                    "  --sweep   also time each forced GEMV K split (1, 2, 4, 8 warps per row group), with and\n"
-                   "            without activations staged through shared memory\n");
+                   "            without activations staged through shared memory (with --ab: every mmr K split)\n"
+                   "  --ab      BF16 decode rows as old (the previous kernels, no PDL) against each new\n"
+                   "            variant: vector GEMV v2, mma with one term, mmr (register-fed mma), PDL on/off\n");
             return 0;
         }
         if (!strcmp(a, "--sweep")) {
             p.sweep = 1;
+            continue;
+        }
+        if (!strcmp(a, "--ab")) {
+            p.ab = 1;
             continue;
         }
         if (!strcmp(a, "--lt-host")) {

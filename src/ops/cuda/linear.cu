@@ -1,5 +1,7 @@
 // CUDA dense linear layers and the SwiGLU MLP over weights in any nb_weight format.
-// Four paths (nb_cuda_linear_path_name); ops/cuda/linear.h has the ladder and the knobs:
+// Five paths (nb_cuda_linear_path_name); ops/cuda/linear.h has the ladder and the knobs:
+//   mmr:  BF16 weights at 1..16 tokens when NIBBLE_CUDA_LINEAR_MMR says so: the register-fed
+//         tensor-core kernel of linear_mmr.cu.
 //   sk:   the stream-K skinny GEMM of linear_sk.cu: the MLP's fused gate+up launch by default,
 //         plain BF16 linears only on request (NIBBLE_CUDA_LINEAR_SK=1|2).
 //   mma:  BF16 weights at 3..64 tokens: the tensor-core skinny GEMM of linear_mma.cu.
@@ -174,19 +176,34 @@ extern "C" int nb_cuda_linear_should_use_lt(int64_t tokens, nb_wfmt fmt)
     return tokens > NB_CUDA_LINEAR_GEMV_MAX_TOKENS;
 }
 
-// 0 gemv, 1 lt, 2 mma, 3 sk.
+// 0 gemv, 1 lt, 2 mma, 3 sk, 4 mmr.
 static int pick(const nb_weight *w, const float *x, int64_t ldx, int64_t T)
 {
     const int forced = env_forced();
     if (!forced && nb_cuda_linear_sk_should(w, x, ldx, T)) return 3;
+    if (!forced && nb_cuda_linear_mmr_should(w, x, ldx, T)) return 4;
     if (forced != 1 && forced != 2 && nb_cuda_linear_mma_can(w, x, ldx, T)) return 2;
     return nb_cuda_linear_should_use_lt(T, w->fmt);
 }
 
 extern "C" const char *nb_cuda_linear_path_name(const nb_weight *w, const float *x, int64_t ldx, int64_t T)
 {
-    static const char *const names[] = {"gemv", "lt", "mma", "sk"};
+    static const char *const names[] = {"gemv", "lt", "mma", "sk", "mmr"};
     return names[pick(w, x, ldx, T)];
+}
+
+static int g_force_pdl = -1;
+
+extern "C" void nb_cuda_linear_force_pdl(int on) { g_force_pdl = on < 0 ? -1 : !!on; }
+
+extern "C" int nb_cuda_linear_pdl_on(void)
+{
+    static int env = -1;
+    if (env < 0) {
+        const char *e = getenv("NIBBLE_CUDA_LINEAR_PDL");
+        env = e && *e ? strcmp(e, "0") != 0 : NB_CUDA_LINEAR_PDL_DEFAULT;
+    }
+    return (g_force_pdl >= 0 ? g_force_pdl : env) && nb_cuda_pdl_on();
 }
 
 // Rows per warp: 1 for a token or two (every warp streams its own row: more warps in flight
@@ -195,6 +212,8 @@ extern "C" const char *nb_cuda_linear_path_name(const nb_weight *w, const float 
 #define NB_GEMV_ROWS_MIN_TOKENS 3
 
 extern "C" nb_status nb_cuda_linear_mma(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T, const nb_weight *w,
+                                        float *y, int64_t ldy, int accumulate);
+extern "C" nb_status nb_cuda_linear_mmr(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T, const nb_weight *w,
                                         float *y, int64_t ldy, int accumulate);
 extern "C" nb_status nb_cuda_linear_sk(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T, const nb_weight *w,
                                        float *y, int64_t ldy, int accumulate);
@@ -355,6 +374,7 @@ nb_status nb_cuda_linear_raw(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64
 {
     if (T == 0) return NB_OK;
     switch (pick(w, x, ldx, T)) {
+    case 4: return nb_cuda_linear_mmr(ctx, x, ldx, T, w, y, ldy, accumulate);
     case 3: return nb_cuda_linear_sk(ctx, x, ldx, T, w, y, ldy, accumulate);
     case 2: return nb_cuda_linear_mma(ctx, x, ldx, T, w, y, ldy, accumulate);
     case 1: return lt(ctx, x, ldx, T, w, y, ldy, accumulate);

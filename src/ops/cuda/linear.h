@@ -86,8 +86,12 @@ nb_cuda_mma_plan nb_cuda_mma_plan_for(const nb_weight *w, int64_t T, int sm_coun
  * the automatic range above (1..NB_CUDA_LINEAR_MMA_MAX_TOKENS when forced). */
 int nb_cuda_linear_mma_can(const nb_weight *w, const float *x, int64_t ldx, int64_t T);
 /* mma: 0 automatic, 1 never (the GEMV / cuBLASLt ladder as before it), 2 for every T in
- * 1..NB_CUDA_LINEAR_MMA_MAX_TOKENS it supports. terms: 0 automatic (2), 2 or 3 (exact float32
- * activations; NIBBLE_CUDA_LINEAR_MMA_TERMS=2|3 does the same from the environment). */
+ * 1..NB_CUDA_LINEAR_MMA_MAX_TOKENS it supports. terms: 0 automatic (2), 1 (BF16 activations,
+ * the BF16 bound 1e-2; NB_WEIGHT_FEEDS_TOPK weights keep 2), 2 or 3 (exact float32
+ * activations); NIBBLE_CUDA_LINEAR_MMA_TERMS=1|2|3 does the same from the environment. */
+#ifndef NB_CUDA_LINEAR_MMA_TERMS_DEFAULT
+#define NB_CUDA_LINEAR_MMA_TERMS_DEFAULT 2
+#endif
 void nb_cuda_linear_force_mma(int mode);
 void nb_cuda_linear_force_mma_terms(int terms);
 
@@ -125,6 +129,48 @@ void nb_cuda_linear_force_sk_warps(int warps);
 void nb_cuda_mlp_force_fused(int on);
 int nb_cuda_mlp_fused_on(void);
 int nb_cuda_gate_up_sk_can(const nb_weight *gate, const nb_weight *up, const float *x, int64_t ldx, int64_t T);
+
+/* The register-fed tensor-core linear (linear_mmr.cu) for BF16 weights at 1..16 tokens: one
+ * 16-row tile per block, kw warps along K, each keeping the next group of `unroll` 32-K steps
+ * of weights in flight while it multiplies the current one; activations as `terms` BF16 terms
+ * (1: BF16 activations, the BF16 bound 1e-2; 2: hi + lo, the float32 bound; 2 at 1-2 tokens and
+ * for NB_WEIGHT_FEEDS_TOPK weights). NIBBLE_CUDA_LINEAR_MMR: 0 off, 1 at 1..16 tokens, 3 at
+ * 3..16 tokens (before the mma kernel and the GEMV on the ladder; after the MLP's fused
+ * gate+up); NIBBLE_CUDA_LINEAR_MMR_TERMS=1|2, _W=1..16, _U=2|4 override the plan. */
+#ifndef NB_CUDA_LINEAR_MMR_DEFAULT
+#define NB_CUDA_LINEAR_MMR_DEFAULT 0
+#endif
+typedef struct nb_cuda_mmr_plan {
+    int token_tiles, terms, kw, unroll;
+    int64_t tiles;
+} nb_cuda_mmr_plan;
+nb_cuda_mmr_plan nb_cuda_mmr_plan_for(const nb_weight *w, int64_t T, int sm_count);
+int nb_cuda_linear_mmr_can(const nb_weight *w, const float *x, int64_t ldx, int64_t T);
+int nb_cuda_linear_mmr_should(const nb_weight *w, const float *x, int64_t ldx, int64_t T);
+/* mode: -1 the environment's choice, else as NIBBLE_CUDA_LINEAR_MMR (0, 1, 3); 2 counts as 1.
+ * kw, terms, unroll: 0 the plan's choice. */
+void nb_cuda_linear_force_mmr(int mode);
+void nb_cuda_linear_force_mmr_kw(int kw);
+void nb_cuda_linear_force_mmr_terms(int terms);
+void nb_cuda_linear_force_mmr_unroll(int unroll);
+
+/* Programmatic dependent launch of the linear kernels (GEMV, mma, mmr and the mma split-K
+ * sum): each loads its first weights, then waits for the kernel ahead (ops/cuda/pdl.cuh), so
+ * weight streaming starts during the previous kernel's tail. On unless NIBBLE_CUDA_LINEAR_PDL=0
+ * or NIBBLE_CUDA_PDL=0; force: -1 the environment, 0 off, 1 on. */
+#ifndef NB_CUDA_LINEAR_PDL_DEFAULT
+#define NB_CUDA_LINEAR_PDL_DEFAULT 0
+#endif
+int nb_cuda_linear_pdl_on(void);
+void nb_cuda_linear_force_pdl(int on);
+/* The vector GEMV, second version (linear_gemv.cu V = 1): PDL-aware (first weights before the
+ * wait) and the BF16 1-2 token instances held to 64 registers (4 blocks of 8 warps per SM; the
+ * 2-token instance took 73 registers, 3 blocks). NIBBLE_CUDA_GEMV_V2=0 the previous kernel;
+ * force: -1 the environment, 0 previous, 1 second version. */
+#ifndef NB_CUDA_GEMV_V2_DEFAULT
+#define NB_CUDA_GEMV_V2_DEFAULT 0
+#endif
+void nb_cuda_linear_force_gemv_v2(int on);
 
 /* BF16 copies cached for NB_WEIGHT_RESIDENT weights on a context: count and bytes. The
  * cache grows while free device memory stays above NIBBLE_CUDA_LINEAR_CACHE_RESERVE_MB

@@ -103,8 +103,13 @@ template <int U4> __device__ __forceinline__ int gv_swz(int64_t cl, int i)
 // lane's 32 or 128 strided bytes per token come from conflict-free shared memory instead
 // of L1 lines shared by few lanes (NVFP4) or from L2 when T * K floats overflow L1 (many
 // tokens). Without STG, lanes read activations with __ldg.
-template <int FMT, int TT, int R, int U, bool STG>
-__global__ void __launch_bounds__(GV_WARPS * 32) k_gemv_vec(nb_weight w, const float *__restrict__ x, int64_t ldx,
+// V: 0 the previous kernel (no PDL wait, no register bound), 1 the current one: the first
+// tile's weights are loaded before the programmatic-dependent wait, and the BF16 1-2 token
+// instances are held to 64 registers (4 blocks of 8 warps per SM: the 2-token instance took
+// 73, so 3 blocks, 24 warps, where 1 token ran 32: the T = 2 rows ran ~10 % slower).
+template <int FMT, int TT, int R, int U, bool STG, int V>
+__global__ void __launch_bounds__(GV_WARPS * 32, (V && FMT == NB_WFMT_BF16 && TT <= 2 && !STG) ? 4 : 1)
+    k_gemv_vec(nb_weight w, const float *__restrict__ x, int64_t ldx,
                                                             int T, float *y, int64_t ldy, int accumulate, int W)
 {
     constexpr int N = TT * R;
@@ -140,6 +145,12 @@ __global__ void __launch_bounds__(GV_WARPS * 32) k_gemv_vec(nb_weight w, const f
                 raw[u][r] = ok ? nb_lin_ld_stream(rows + r * rb + c * 16) : make_uint4(0, 0, 0, 0);
                 if (FMT == NB_WFMT_NVFP4) sc[u][r] = ok ? *(const uint16_t *)(srows + r * srb + c * 2) : 0u;
             }
+        }
+        if (V && c0 == 0) {
+            // The first tile's weights are in flight: now wait for the kernel ahead (PDL)
+            // before touching activations or outputs.
+            nb_lin_pdl_wait();
+            nb_lin_pdl_trigger();
         }
         float4 *xb = gv_xs + ((j & 1) ? (int64_t)T * CW * U4 : 0);
         if constexpr (STG) {
@@ -218,6 +229,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32) k_gemv_vec(nb_weight w, const f
         }
     }
 
+    if (V) nb_lin_pdl_wait(); // returns at once when the loop waited already (S == 0 skipped it)
     gv_reduce<N>(acc, lane);
     if (gv_writer<N>(lane)) {
         const int base = gv_index<N>(lane);
@@ -309,27 +321,52 @@ extern "C" nb_cuda_gemv_plan nb_cuda_gemv_plan_for(const nb_weight *w, int64_t T
     return p;
 }
 
-template <int FMT, int TT>
-static void gv_launch(const nb_weight *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy, int accumulate,
-                      const nb_cuda_gemv_plan *p, cudaStream_t s)
+static int g_force_v2 = -1;
+
+extern "C" void nb_cuda_linear_force_gemv_v2(int on) { g_force_v2 = on < 0 ? -1 : !!on; }
+
+static int gv_v2_on(void)
+{
+    static int env = -1; // NIBBLE_CUDA_GEMV_V2=0|1: the previous / current kernel, for A/B runs
+    if (env < 0) {
+        const char *e = getenv("NIBBLE_CUDA_GEMV_V2");
+        env = e && *e ? strcmp(e, "0") != 0 : NB_CUDA_GEMV_V2_DEFAULT;
+    }
+    return g_force_v2 >= 0 ? g_force_v2 : env;
+}
+
+template <int FMT, int TT, int V>
+static cudaError_t gv_launch_b(const nb_weight *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
+                               int accumulate, const nb_cuda_gemv_plan *p, cudaStream_t s)
 {
     constexpr int R = TT <= 2 ? 2 : 4;
     constexpr int U = FMT == NB_WFMT_BF16 ? (TT <= 4 ? 4 : 2) : (TT <= 2 ? 2 : 1);
-    const int W = p->ksplit;
+    int W = p->ksplit;
     const int64_t per_block = (int64_t)(GV_WARPS / W) * R;
     const unsigned blocks = (unsigned)((w->n + per_block - 1) / per_block);
+    nb_weight wv = *w;
+    void *args[] = {&wv, (void *)&x, &ldx, &T, &y, &ldy, &accumulate, &W};
     if (p->staged) {
         static int optin; // the staged tile may pass the 48 KB default
         if (!optin) {
-            cudaFuncSetAttribute(k_gemv_vec<FMT, TT, R, U, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+            cudaFuncSetAttribute(k_gemv_vec<FMT, TT, R, U, true, V>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  GV_STAGE_OPTIN_BYTES);
             optin = 1;
         }
         const size_t smem = gv_stage_bytes((nb_wfmt)FMT, T, W, U);
-        k_gemv_vec<FMT, TT, R, U, true><<<blocks, GV_WARPS * 32, smem, s>>>(*w, x, ldx, T, y, ldy, accumulate, W);
-    } else {
-        k_gemv_vec<FMT, TT, R, U, false><<<blocks, GV_WARPS * 32, 0, s>>>(*w, x, ldx, T, y, ldy, accumulate, W);
+        return nb_lin_launch((const void *)k_gemv_vec<FMT, TT, R, U, true, V>, dim3(blocks), dim3(GV_WARPS * 32),
+                             smem, s, args, V);
     }
+    return nb_lin_launch((const void *)k_gemv_vec<FMT, TT, R, U, false, V>, dim3(blocks), dim3(GV_WARPS * 32), 0, s,
+                         args, V);
+}
+
+template <int FMT, int TT>
+static void gv_launch(const nb_weight *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy, int accumulate,
+                      const nb_cuda_gemv_plan *p, cudaStream_t s)
+{
+    if (gv_v2_on()) gv_launch_b<FMT, TT, 1>(w, x, ldx, T, y, ldy, accumulate, p, s);
+    else gv_launch_b<FMT, TT, 0>(w, x, ldx, T, y, ldy, accumulate, p, s);
 }
 
 template <int FMT>

@@ -40,7 +40,7 @@ static int g_force_mma;   // 0 auto, 1 never, 2 for every supported T in 1..64
 static int g_force_terms; // 0 auto (2), 2 or 3
 
 extern "C" void nb_cuda_linear_force_mma(int mode) { g_force_mma = mode == 1 || mode == 2 ? mode : 0; }
-extern "C" void nb_cuda_linear_force_mma_terms(int terms) { g_force_terms = terms == 2 || terms == 3 ? terms : 0; }
+extern "C" void nb_cuda_linear_force_mma_terms(int terms) { g_force_terms = terms >= 1 && terms <= 3 ? terms : 0; }
 
 // The block stages chunk [kc, kc + LM_KC) of every token's activations into shared memory as
 // TERMS BF16 terms: 8 activations (two float4) per thread step -> TERMS x 16 bytes.
@@ -118,7 +118,9 @@ __device__ __forceinline__ void lm_compute(float (*acc)[4], const uint4 *a, cons
 // registers as one 8-step batch. Not PIPE: a chunk's 8 steps loaded, then used. PIPE measured
 // slower on the H200 (8-layer GLM-5 decode step at batch 10: 5.118 vs 4.942 ms, same call,
 // bench/RESULTS.md), so it is off unless NIBBLE_CUDA_LINEAR_MMA_PIPE=1.
-template <int NT, int TERMS, bool PIPE>
+// PDL (with PIPE off): the first chunk's weights are loaded before the programmatic-dependent
+// wait (ops/cuda/linear_dev.cuh), the rest as without it.
+template <int NT, int TERMS, bool PIPE, bool PDL>
 __global__ void __launch_bounds__(LM_MAX_WARPS * 32)
     k_linear_mma(const uint16_t *__restrict__ W, int64_t ldw, int64_t n, int64_t k, const float *__restrict__ x,
                  int64_t ldx, int T, int64_t kr, float *y, int64_t ldy, int accumulate, const float *bias, float *part)
@@ -152,6 +154,10 @@ __global__ void __launch_bounds__(LM_MAX_WARPS * 32)
             // This chunk's weights first, so that their latency overlaps the activation staging.
             uint4 a[8], b[8];
             lm_load<8>(a, b, w0, w1, ok0, ok1, kc, ke);
+            if (PDL && kc == kb) {
+                nb_lin_pdl_wait();
+                nb_lin_pdl_trigger();
+            }
             __syncthreads(); // the previous chunk's shared reads are done
             lm_stage<NT, TERMS>(xs, x, ldx, T, kc, ke);
             __syncthreads();
@@ -159,6 +165,7 @@ __global__ void __launch_bounds__(LM_MAX_WARPS * 32)
         }
     }
 
+    if (PDL) nb_lin_pdl_wait(); // at once when the loop waited (an empty range skipped it)
     // c0/c1: row r0, tokens 8j + 2q (+1); c2/c3: row r0 + 8.
 #pragma unroll
     for (int j = 0; j < NT; j++) {
@@ -181,6 +188,7 @@ __global__ void __launch_bounds__(LM_MAX_WARPS * 32)
 __global__ void k_linear_mma_finish(const float *part, int ks, int T, int64_t n, float *y, int64_t ldy, int accumulate,
                                     const float *bias)
 {
+    nb_lin_pdl_wait(); // a no-op unless launched as a programmatic dependent
     const int64_t total = (int64_t)T * n;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t t = e / n, row = e % n;
@@ -208,9 +216,9 @@ static int lm_terms(void)
     static int env = -1; // NIBBLE_CUDA_LINEAR_MMA_TERMS=2|3 for A/B runs
     if (env < 0) {
         const char *e = getenv("NIBBLE_CUDA_LINEAR_MMA_TERMS");
-        env = e && (!strcmp(e, "2") || !strcmp(e, "3")) ? atoi(e) : 0;
+        env = e && (!strcmp(e, "1") || !strcmp(e, "2") || !strcmp(e, "3")) ? atoi(e) : 0;
     }
-    return g_force_terms ? g_force_terms : env ? env : 2;
+    return g_force_terms ? g_force_terms : env ? env : NB_CUDA_LINEAR_MMA_TERMS_DEFAULT;
 }
 
 extern "C" nb_cuda_mma_plan nb_cuda_mma_plan_for(const nb_weight *w, int64_t T, int sm_count)
@@ -218,6 +226,8 @@ extern "C" nb_cuda_mma_plan nb_cuda_mma_plan_for(const nb_weight *w, int64_t T, 
     nb_cuda_mma_plan p;
     p.token_tiles = T <= 8 ? 1 : T <= 16 ? 2 : T <= 32 ? 4 : 8;
     p.terms = lm_terms();
+    // One term (BF16 activations) only where no top-k hangs on the output (ops.h).
+    if (p.terms == 1 && (w->flags & NB_WEIGHT_FEEDS_TOPK)) p.terms = 2;
     const int64_t tiles = (w->n + 15) / 16;
     p.warps = tiles < LM_MAX_WARPS ? (int)tiles : LM_MAX_WARPS;
     const int64_t blocks_n = (tiles + p.warps - 1) / p.warps;
@@ -257,28 +267,31 @@ static int lm_pipe(void)
     return env;
 }
 
-template <int NT, int TERMS, bool PIPE>
+template <int NT, int TERMS, bool PIPE, bool PDL>
 static void lm_launch_p(const nb_weight *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy, int accumulate,
                         const nb_cuda_mma_plan *p, float *part, cudaStream_t s)
 {
     static int optin; // more than the 48 KB default for 64 tokens
     if (!optin) {
-        cudaFuncSetAttribute(k_linear_mma<NT, TERMS, PIPE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaFuncSetAttribute(k_linear_mma<NT, TERMS, PIPE, PDL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              3 * 8 * 8 * LM_PITCH * 2);
         optin = 1;
     }
-    const int64_t ldw = w->row_stride ? w->row_stride / 2 : w->k;
-    dim3 grid((unsigned)p->blocks_n, (unsigned)p->ksplit);
-    k_linear_mma<NT, TERMS, PIPE><<<grid, 32 * p->warps, p->smem, s>>>(
-        (const uint16_t *)w->data, ldw, w->n, w->k, x, ldx, T, p->kr, y, ldy, accumulate, w->bias, part);
+    const uint16_t *W = (const uint16_t *)w->data;
+    int64_t ldw = w->row_stride ? w->row_stride / 2 : w->k, n = w->n, k = w->k, kr = p->kr;
+    const float *bias = w->bias;
+    void *args[] = {(void *)&W, &ldw, &n, &k, (void *)&x, &ldx, &T, &kr, &y, &ldy, &accumulate, (void *)&bias, &part};
+    nb_lin_launch((const void *)k_linear_mma<NT, TERMS, PIPE, PDL>, dim3((unsigned)p->blocks_n, (unsigned)p->ksplit),
+                  dim3(32 * p->warps), p->smem, s, args, PDL);
 }
 
 template <int NT, int TERMS>
 static void lm_launch(const nb_weight *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy, int accumulate,
                       const nb_cuda_mma_plan *p, float *part, cudaStream_t s)
 {
-    if (lm_pipe()) lm_launch_p<NT, TERMS, true>(w, x, ldx, T, y, ldy, accumulate, p, part, s);
-    else lm_launch_p<NT, TERMS, false>(w, x, ldx, T, y, ldy, accumulate, p, part, s);
+    if (lm_pipe()) lm_launch_p<NT, TERMS, true, false>(w, x, ldx, T, y, ldy, accumulate, p, part, s);
+    else if (nb_cuda_linear_pdl_on()) lm_launch_p<NT, TERMS, false, true>(w, x, ldx, T, y, ldy, accumulate, p, part, s);
+    else lm_launch_p<NT, TERMS, false, false>(w, x, ldx, T, y, ldy, accumulate, p, part, s);
 }
 
 template <int TERMS>
@@ -310,13 +323,18 @@ extern "C" nb_status nb_cuda_linear_mma(nb_ops_ctx *ctx, const float *x, int64_t
         }
     }
     if (p.terms == 3) lm_launch_t<3>(w, x, ldx, (int)T, y, ldy, accumulate, &p, part, s);
+    else if (p.terms == 1) lm_launch_t<1>(w, x, ldx, (int)T, y, ldy, accumulate, &p, part, s);
     else lm_launch_t<2>(w, x, ldx, (int)T, y, ldy, accumulate, &p, part, s);
     NB_CUDA_LAUNCHED("linear (mma)");
     if (part) {
         const int64_t total = T * w->n;
         int blocks = (int)((total + 255) / 256);
-        k_linear_mma_finish<<<blocks < 4096 ? blocks : 4096, 256, 0, s>>>(part, p.ksplit, (int)T, w->n, y, ldy,
-                                                                         accumulate, w->bias);
+        int ks = p.ksplit, t = (int)T;
+        int64_t n = w->n;
+        const float *bias = w->bias;
+        void *args[] = {&part, &ks, &t, &n, &y, &ldy, &accumulate, (void *)&bias};
+        nb_lin_launch((const void *)k_linear_mma_finish, dim3(blocks < 4096 ? blocks : 4096), dim3(256), 0, s, args,
+                      !lm_pipe());
         NB_CUDA_LAUNCHED("linear (mma split-K sum)");
     }
     return NB_OK;

@@ -1,5 +1,7 @@
 // Lab timing of the CUDA linear op (tools/lab/linear_bench.h).
-// Exercise: nibble bench-linear [--tokens 1,2,10,64] [--lt-tokens 512,4096] [--sweep] [--lt-host] [--lt-cold]
+// Exercise: nibble bench-linear [--tokens 1,2,10,64] [--lt-tokens 512,4096] [--sweep] [--lt-host] [--lt-cold] [--ab]
+// --ab: the BF16 decode rows as "old:" (the kernels before the fourth session, no PDL) against
+// each new variant in the same process (lb_ab_knobs), the MLP rows likewise.
 // Decode rows: the automatic route, "old:" the route before the stream-K kernel where that
 // differs (the same binary with it off), "forced:" the stream-K kernel where the ladder does
 // not take it; then the MLP op (shared expert, dense layer): automatic, "old:", "sk:" (the sk
@@ -34,6 +36,8 @@ static const lb_shape lb_shapes[] = {
     {"sh_down 2048->6144", 6144, 2048},
     {"down 12288->6144", 6144, 12288},
     {"lm_head 6144->154880", 154880, 6144},
+    {"sh_gate_up 6144->4096", 4096, 6144},  // shared expert, gate|up adjacent (one linear)
+    {"gate_up 6144->24576", 24576, 6144},   // dense MLP, gate|up adjacent
 };
 #define LB_NSHAPES ((int)(sizeof lb_shapes / sizeof lb_shapes[0]))
 
@@ -275,6 +279,89 @@ static void lb_gemv_rows(lb_env *E, int nvfp4, const lb_shape *sh, const nb_benc
     }
 }
 
+// Every knob of the decode linears back to the automatic choice.
+static void lb_knobs_auto(void)
+{
+    nb_cuda_linear_force_sk(0);
+    nb_cuda_linear_force_mma(0);
+    nb_cuda_linear_force_mma_terms(0);
+    nb_cuda_linear_force_ksplit(0);
+    nb_cuda_linear_force_staged(0);
+    nb_cuda_linear_force_mmr(-1);
+    nb_cuda_linear_force_mmr_kw(0);
+    nb_cuda_linear_force_mmr_terms(0);
+    nb_cuda_linear_force_mmr_unroll(0);
+    nb_cuda_linear_force_pdl(-1);
+    nb_cuda_linear_force_gemv_v2(-1);
+    nb_cuda_mlp_force_fused(-1);
+}
+
+// The knobs of A/B variant v (lb_ab_rows); 0 when the variant does not apply at T tokens.
+// Variants: 0 old (the kernels before this round: GEMV v1 / mma with two terms, no PDL, no
+// mmr), 1 automatic, 2 GEMV v2 + PDL, 3 GEMV v2 without PDL, 4 mma 1 term + PDL, 5 mma 2 terms
+// + PDL, 6 mmr + PDL, 7 mmr without PDL, 8 mmr U = 2, 9 mmr two terms, 10.. mmr K split
+// 1, 2, 4, 8, 16 (sweep).
+#define LB_AB_VARIANTS 15
+static int lb_ab_knobs(int v, int64_t T, char *tag, size_t len)
+{
+    lb_knobs_auto();
+    switch (v) {
+    case 0:
+        nb_cuda_linear_force_mmr(0), nb_cuda_linear_force_gemv_v2(0), nb_cuda_linear_force_pdl(0);
+        nb_cuda_linear_force_mma_terms(2);
+        snprintf(tag, len, "old: ");
+        return 1;
+    case 1: snprintf(tag, len, "auto: "); return 1;
+    case 2:
+    case 3:
+        if (T > 2) return 0;
+        nb_cuda_linear_force_mmr(0), nb_cuda_linear_force_gemv_v2(1), nb_cuda_linear_force_pdl(v == 2);
+        snprintf(tag, len, "v2%s: ", v == 2 ? "+pdl" : "");
+        return 1;
+    case 4:
+    case 5:
+        if (T < 3) return 0;
+        nb_cuda_linear_force_mmr(0), nb_cuda_linear_force_pdl(1), nb_cuda_linear_force_mma_terms(v == 4 ? 1 : 2);
+        snprintf(tag, len, "pdl: ");
+        return 1;
+    default:
+        nb_cuda_linear_force_mmr(1), nb_cuda_linear_force_pdl(v != 7);
+        if (v == 8) nb_cuda_linear_force_mmr_unroll(2);
+        if (v == 9) {
+            if (T < 3) return 0;
+            nb_cuda_linear_force_mmr_terms(2);
+        }
+        if (v >= 10) nb_cuda_linear_force_mmr_kw(1 << (v - 10));
+        snprintf(tag, len, "%s", v == 7 ? "nopdl: " : v >= 10 ? "sweep: " : "");
+        return 1;
+    }
+}
+
+// --ab: BF16 decode rows of one shape, old kernels against each new variant, same binary.
+static void lb_ab_rows(lb_env *E, const lb_shape *sh, const nb_bench_linear_params *p, nb_weight *ws, int copies,
+                       double wbytes)
+{
+    for (int ti = 0; ti < p->n_tokens; ti++) {
+        const int64_t T = p->tokens[ti];
+        if (T > 16) continue;
+        for (int v = 0; v < (p->sweep ? LB_AB_VARIANTS : 10); v++) {
+            char tag[16], path[64];
+            if (!lb_ab_knobs(v, T, tag, sizeof tag)) continue;
+            const char *route = nb_cuda_linear_path_name(&ws[0], E->x, ws[0].k, T);
+            if (!strcmp(route, "mmr")) {
+                nb_cuda_mmr_plan mp = nb_cuda_mmr_plan_for(&ws[0], T, E->sm_count);
+                snprintf(path, sizeof path, "%smmr %dt W=%d U=%d", tag, mp.terms, mp.kw, mp.unroll);
+            } else {
+                lb_route(E, &ws[0], T, tag, path, sizeof path);
+            }
+            int graphed = 0;
+            double us = lb_time(E, ws, copies, T, &graphed);
+            lb_print(E, "bf16", sh, T, path, wbytes, us, graphed);
+        }
+        lb_knobs_auto();
+    }
+}
+
 // The SwiGLU MLP op (nb_op_mlp, accumulating into its output as the shared expert does):
 // gate, up [I x H], down [H x I], BF16.
 typedef struct {
@@ -322,6 +409,27 @@ static nb_status lb_mlp_rows(lb_env *E, const nb_bench_linear_params *p, const c
         // 0: automatic; 1: before the stream-K kernel (NIBBLE_CUDA_LINEAR_SK=0), where the
         // automatic route differs; 2: the sk ladder (NIBBLE_CUDA_LINEAR_SK=1: fused gate+up and
         // the down projection on the stream-K kernel too).
+        if (p->ab) {
+            // old; automatic; mmr + PDL with the pair as one linear; the same with the fused
+            // stream-K gate+up where it applies.
+            for (int v = 0; v < 4; v++) {
+                char tag[16], path[64];
+                lb_ab_knobs(v == 0 ? 0 : v == 1 ? 1 : 6, T, tag, sizeof tag);
+                if (v >= 2) nb_cuda_mlp_force_fused(v == 3);
+                const int fused = nb_cuda_gate_up_sk_can(&g[0], &u[0], E->x, H, T);
+                if (v == 3 && !fused) continue;
+                nb_weight gu = g[0];
+                gu.n = 2 * I;
+                snprintf(path, sizeof path, "%s%s%s + %s", v >= 2 ? "mmr " : tag, v == 3 ? "fused " : "",
+                         fused ? "gate_up sk" : nb_cuda_linear_path_name(&gu, E->x, H, T),
+                         nb_cuda_linear_path_name(&d[0], E->x, I, T));
+                int graphed = 0;
+                double us = lb_time_fn(E, lb_mlp_call, &a, copies, T, &graphed);
+                lb_print(E, "mlp", &sh, T, path, 3.0 * mb, us, graphed);
+            }
+            lb_knobs_auto();
+            continue;
+        }
         nb_cuda_linear_force_sk(0);
         const int auto_fused = nb_cuda_gate_up_sk_can(&g[0], &u[0], E->x, H, T);
         for (int v = 0; v < 3; v++) {
@@ -572,6 +680,7 @@ extern "C" nb_status nb_bench_linear_run(const nb_bench_linear_params *p)
             if (st == NB_OK && p->lt_host && f == 0 && si == 0) lb_lt_host(&E, sh, &ws[0], 600, 200);
             if (st == NB_OK) {
                 if (is_lt) lb_lt_rows(&E, f, sh, p, ws, copies, wbytes);
+                else if (p->ab && f == 0) lb_ab_rows(&E, sh, p, ws, copies, wbytes);
                 else lb_gemv_rows(&E, f, sh, p, ws, copies, wbytes);
             }
             // Cached expansions are keyed by these pointers: drop them with a fresh context.
