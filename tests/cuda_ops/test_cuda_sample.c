@@ -294,7 +294,7 @@ static void test_bench(void)
                {"T0.7 top_k 50 top_p 0.9", 0.7f, 0.9f, 50, 0},
                {"T0.7 top_p 0.95", 0.7f, 0.95f, -1, 0},
                {"T0.7 top_p 0.9 + top-5 logprobs", 0.7f, 0.9f, -1, 5}};
-    const int rows_list[] = {1, 10, 1000};
+    const int rows_list[] = {1, 10, 100, 1000};
     static const char *modes[] = {"", "block"};
     for (size_t mi = 0; mi < NB_ARRAY_LEN(modes); mi++) {
         if (*modes[mi])

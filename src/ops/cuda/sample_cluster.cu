@@ -11,9 +11,10 @@
 //     never reused in a launch, so one barrier each), and every warp combines the C slots in
 //     the same shuffle tree, so all blocks hold the same (bit-identical) result;
 //   - radix-select levels: each block histograms its slice into one of two alternating
-//     buffers; after the barrier every block sums the C histograms for the buckets it scans.
-//     A buffer is rewritten two levels later, after a barrier every block reaches only once
-//     it has finished reading it;
+//     buffers; after a barrier block r sums the C histograms over its 1/C of the buckets
+//     (reduce-scatter), and after a second one every block reads the merged buckets it scans
+//     (8 remote loads per thread instead of 4 C). A buffer is rewritten two levels later,
+//     after a barrier every block reaches only once it has finished reading it;
 //   - the draw: each block sums its own chunks; every block scans all chunk sums (so all
 //     agree on the chunk) and the block owning the chunk walks it to the token;
 //   - top-n log-probabilities: each block lists its keys above the boundary with their raw
@@ -38,6 +39,8 @@ typedef struct cl_smem {
     unsigned int cnt[2][NB_NBK];
     u64 mass[2][NB_NBK];
     int any[2][NB_NBK];
+    unsigned int mcnt[2][NB_NBK / 2]; // the merged counts and weights of this block's bucket range
+    u64 mmass[2][NB_NBK / 2];
     u64 red[NB_NWARP], red2[NB_NWARP];
     double dred[NB_NWARP];
     float fred[NB_NWARP];
@@ -122,11 +125,25 @@ __device__ static double cl_sum_d(double v, cl_smem *s, int *k, int C)
     return __longlong_as_double((long long)cl_combine(CL_SUMD, (u64)__double_as_longlong(b), s, k, C));
 }
 
+// Key, weight and candidacy of token id whose shared copy holds v: mode 0 the logit (top-n,
+// greedy keys); mode 1 its sampling weight e = exp((l - m) / T), computed once per draw
+// (sample.cu recomputes it in every pass).
+__device__ __forceinline__ void cl_elem(int mode, float v, int id, float min_p, u64 *key, u64 *w, int *cand)
+{
+    if (mode == 0) {
+        nb_smp_elemv(0, v, id, 0, 0, 0, key, w, cand);
+    } else {
+        *key = nb_sm_key(__float_as_uint(v), id);
+        *w = nb_sm_weight(v);
+        *cand = v >= min_p;
+    }
+}
+
 // The radix select of sample.cu over the cluster's slices: the smallest key among candidates
 // whose ranked-above count is < K and ranked-above weight <= L; *kept_mass is the weight of
 // every candidate with a key >= it (mode 1). *lvl alternates the histogram buffers.
-__device__ static u64 cl_select(cl_smem *s, const float *xs, int lo, int n, int S, int C, int mode, int nbits,
-                                float m, float inv_t, float min_p, u64 K, u64 L, u64 *kept_mass, int *lvl)
+__device__ static u64 cl_select(cl_smem *s, const float *xs, int lo, int n, int S, int C, int rank, int mode, int nbits,
+                                float min_p, u64 K, u64 L, u64 *kept_mass, int *lvl)
 {
     u64 prefix = 0, above_c = 0, above_m = 0;
     int shift = nbits;
@@ -145,7 +162,7 @@ __device__ static u64 cl_select(cl_smem *s, const float *xs, int lo, int n, int 
         for (int i = tid; i < n; i += NB_SB) {
             u64 key, w;
             int cand;
-            nb_smp_elemv(mode, xs[i], lo + i, m, inv_t, min_p, &key, &w, &cand);
+            cl_elem(mode, xs[i], lo + i, min_p, &key, &w, &cand);
             if (!cand) continue;
             if ((key >> (shift + d)) != prefix) continue;
             int b = (int)((key >> shift) & (u64)((1u << d) - 1u));
@@ -154,17 +171,24 @@ __device__ static u64 cl_select(cl_smem *s, const float *xs, int lo, int n, int 
             s->any[h][b] = lo + i;
         }
         cl_sync();
-        // thread t owns buckets b1 = NBK-1-2t and b1-1 (descending key order), summed over blocks
-        const int b1 = NB_NBK - 1 - 2 * tid, b0 = b1 - 1;
-        u64 c1 = 0, c0 = 0, m1 = 0, m0 = 0;
-        for (int r = 0; r < C; r++) {
-            c1 += *cl_at(&s->cnt[h][b1], r);
-            c0 += *cl_at(&s->cnt[h][b0], r);
-            if (mode == 1) {
-                m1 += *cl_at(&s->mass[h][b1], r);
-                m0 += *cl_at(&s->mass[h][b0], r);
+        // reduce-scatter: block r sums buckets [r R, r R + R) over the cluster ...
+        const int R = (NB_NBK + C - 1) / C, base = rank * R;
+        for (int e = tid; e < R && base + e < NB_NBK; e += NB_SB) {
+            unsigned int c = 0;
+            u64 w = 0;
+            for (int r = 0; r < C; r++) {
+                c += *cl_at(&s->cnt[h][base + e], r);
+                if (mode == 1) w += *cl_at(&s->mass[h][base + e], r);
             }
+            s->mcnt[h][e] = c;
+            s->mmass[h][e] = w;
         }
+        cl_sync();
+        // ... and thread t reads buckets b1 = NBK-1-2t and b1-1 (descending key order) merged
+        const int b1 = NB_NBK - 1 - 2 * tid, b0 = b1 - 1;
+        const u64 c1 = *cl_at(&s->mcnt[h][b1 % R], b1 / R), c0 = *cl_at(&s->mcnt[h][b0 % R], b0 / R);
+        const u64 m1 = mode == 1 ? *cl_at(&s->mmass[h][b1 % R], b1 / R) : 0;
+        const u64 m0 = mode == 1 ? *cl_at(&s->mmass[h][b0 % R], b0 / R) : 0;
         u64 ce, me;
         nb_blk_scan2(c1 + c0, m1 + m0, &ce, &me, s->red, s->red2);
         const u64 ac = above_c + ce, am = above_m + me;
@@ -201,7 +225,7 @@ __device__ static u64 cl_select(cl_smem *s, const float *xs, int lo, int n, int 
             const float xv = *cl_at(&xs[id - owner * S], owner);
             u64 key, w;
             int cand;
-            nb_smp_elemv(mode, xv, id, m, inv_t, min_p, &key, &w, &cand);
+            cl_elem(mode, xv, id, min_p, &key, &w, &cand);
             *kept_mass = above_m + s->bmass;
             return key;
         }
@@ -251,7 +275,7 @@ __global__ void __launch_bounds__(NB_SB) nb_sample_cl_kernel(float *logits, int 
         lse = m + log(cl_sum_d(zt, &s, &k, C));
         if (n_top > 0) {
             u64 km;
-            const u64 kstar = cl_select(&s, xs, lo, n, S, C, 0, 32 + NB_SM_ID_BITS, 0, 0, 0, (u64)n_top, ~0ull, &km,
+            const u64 kstar = cl_select(&s, xs, lo, n, S, C, rank, 0, 32 + NB_SM_ID_BITS, 0, (u64)n_top, ~0ull, &km,
                                         &lvl);
             for (int i = tid; i < n; i += NB_SB) {
                 u64 key = nb_sm_key(nb_sm_fkey(nb_sm_clean(xs[i])), lo + i);
@@ -335,6 +359,9 @@ __global__ void __launch_bounds__(NB_SB) nb_sample_cl_kernel(float *logits, int 
         }
         const float m = cl_max_f(mt, &s, &k, C);
         const float inv_t = __fdiv_rn(1.0f, p.temperature), min_p = p.min_p;
+        // the copy now holds each token's weight e (the penalized logits stay in global memory)
+        for (int i = tid; i < n; i += NB_SB) xs[i] = nb_sm_weight_e(nb_sm_clean(xs[i]), m, inv_t);
+        __syncthreads();
         u64 M, kstar = 0;
         const u64 K = p.top_k > 0 && p.top_k < V ? (u64)p.top_k : ~0ull;
         const int top_p_on = p.top_p < 1.0f;
@@ -343,7 +370,7 @@ __global__ void __launch_bounds__(NB_SB) nb_sample_cl_kernel(float *logits, int 
             for (int i = tid; i < n; i += NB_SB) {
                 u64 key, w;
                 int cand;
-                nb_smp_elemv(1, xs[i], lo + i, m, inv_t, min_p, &key, &w, &cand);
+                cl_elem(1, xs[i], lo + i, min_p, &key, &w, &cand);
                 if (cand) zct += w;
             }
             M = cl_sum_u64(zct, &s, &k, C);
@@ -354,12 +381,12 @@ __global__ void __launch_bounds__(NB_SB) nb_sample_cl_kernel(float *logits, int 
                 for (int i = tid; i < n; i += NB_SB) {
                     u64 key, w;
                     int cand;
-                    nb_smp_elemv(1, xs[i], lo + i, m, inv_t, min_p, &key, &w, &cand);
+                    cl_elem(1, xs[i], lo + i, min_p, &key, &w, &cand);
                     zt += w;
                 }
                 L = nb_sm_top_p_limit(p.top_p, cl_sum_u64(zt, &s, &k, C));
             }
-            kstar = cl_select(&s, xs, lo, n, S, C, 1, 30 + NB_SM_ID_BITS, m, inv_t, min_p, K, L, &M, &lvl);
+            kstar = cl_select(&s, xs, lo, n, S, C, rank, 1, 30 + NB_SM_ID_BITS, min_p, K, L, &M, &lvl);
         }
         const u64 target = nb_sm_target(nb_sm_uniform(p.seed, p.k), M);
         // this block's chunk sums of the kept weights, one warp per chunk of 1024 ids
@@ -371,7 +398,7 @@ __global__ void __launch_bounds__(NB_SB) nb_sample_cl_kernel(float *logits, int 
                 if (i >= n) break;
                 u64 key, w;
                 int cand;
-                nb_smp_elemv(1, xs[i], lo + i, m, inv_t, min_p, &key, &w, &cand);
+                cl_elem(1, xs[i], lo + i, min_p, &key, &w, &cand);
                 if (cand && key >= kstar) acc += w;
             }
             acc = nb_warp_sum_u64(acc);
@@ -413,7 +440,7 @@ __global__ void __launch_bounds__(NB_SB) nb_sample_cl_kernel(float *logits, int 
                     if (i < n) {
                         u64 key, w;
                         int cand;
-                        nb_smp_elemv(1, xs[i], lo + i, m, inv_t, min_p, &key, &w, &cand);
+                        cl_elem(1, xs[i], lo + i, min_p, &key, &w, &cand);
                         if (cand && key >= kstar) v = w;
                     }
                     u64 incl = v;
@@ -442,7 +469,7 @@ __global__ void __launch_bounds__(NB_SB) nb_sample_cl_kernel(float *logits, int 
     if (token >= lo && token < lo + n) {
         // its log-probability from its raw logit (the penalties kept that in orig)
         if (p.want_logprob) {
-            if (tid == 0) s.raw = xs[token - lo];
+            if (tid == 0) s.raw = x[token]; // penalized (a draw left weights in the copy)
             __syncthreads();
             for (long long j = h0 + tid; orig && j < h1; j += NB_SB)
                 if (htok[j] == token) s.raw = orig[j];
@@ -484,8 +511,11 @@ static int cl_usable(int device, int V, int C)
     cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
     const size_t dyn = (size_t)cl_slice(V, C) * sizeof(float);
     if (major >= 9 && C <= 16 && cl_slice(V, C) / NB_CHUNK <= CL_MAX_LCH && dyn + sizeof(cl_smem) <= (size_t)optin) {
-        cudaError_t e = cudaFuncSetAttribute(nb_sample_cl_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn);
-        if (e == cudaSuccess && C > 8)
+        // the kernel's limits are set once to the most any launch may ask (a per-launch value
+        // would be overwritten by the next vocabulary's)
+        cudaError_t e = cudaFuncSetAttribute(nb_sample_cl_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             optin - (int)sizeof(cl_smem));
+        if (e == cudaSuccess)
             e = cudaFuncSetAttribute(nb_sample_cl_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
         if (e == cudaSuccess) {
             cudaLaunchConfig_t cfg = {};
@@ -508,9 +538,15 @@ static int cl_usable(int device, int V, int C)
     return ok;
 }
 
+// Up to this many rows the cluster kernel runs (H200, vocab 154880, T 0.7 top-p 0.9: 0.04 vs
+// 0.43 ms at 1 row, 0.34 vs 0.66 at 100); above it the one-block kernel's rows fill the GPU
+// and it is faster (2.8 vs 3.2 ms at 1000 rows; greedy 0.25 vs 0.48).
+#define CL_MAX_ROWS 256
+
 // The cluster size for rows x V on this device: 16 while the rows alone leave SMs idle, else
-// 8 (two 512-thread blocks per SM); 0 = the one-block kernel (NIBBLE_CUDA_SAMPLE=block, or a
-// device or vocabulary the cluster kernel does not take). NIBBLE_CUDA_SAMPLE=8|16 forces one.
+// 8 (two 512-thread blocks per SM); 0 = the one-block kernel (more than CL_MAX_ROWS rows,
+// NIBBLE_CUDA_SAMPLE=block, or a device or vocabulary the cluster kernel does not take).
+// NIBBLE_CUDA_SAMPLE=8|16 forces a size at any row count.
 static int cl_pick(int device, int sm_count, int64_t rows, int V)
 {
     const char *e = getenv("NIBBLE_CUDA_SAMPLE");
@@ -520,7 +556,8 @@ static int cl_pick(int device, int sm_count, int64_t rows, int V)
         forced = atoi(e);
     }
     const int chunks = (V + NB_CHUNK - 1) / NB_CHUNK;
-    if (chunks < 2 && !forced) return 0; // a row of one chunk: nothing to share
+    if (chunks < 2) return 0; // a row of one chunk: nothing to share
+    if (!forced && rows > CL_MAX_ROWS) return 0;
     const int want = forced ? forced : rows * 16 <= 2 * (int64_t)sm_count ? 16 : 8;
     for (int C = want; C >= 2; C /= 2) {
         const int Cc = C < chunks ? C : chunks;
@@ -551,6 +588,7 @@ extern "C" int nb_cuda_sample_cluster(nb_ops_ctx *ctx, float *logits, int64_t ro
     cfg.numAttrs = 1;
     cudaError_t e = cudaLaunchKernelEx(&cfg, nb_sample_cl_kernel, logits, V, S, params, off, htok, hcnt, n_entries,
                                        orig, out);
+    if (e != cudaSuccess) cudaGetLastError(); // not left for the next launch's check
     *st = e == cudaSuccess ? NB_OK
                            : nb_error(NB_ERR_CUDA, "sample: cluster kernel launch (%lld rows x %d blocks) failed: %s",
                                       (long long)rows, C, cudaGetErrorString(e));
