@@ -348,6 +348,12 @@ nb_status nb_op_set_rows_n(nb_ops_ctx *ctx, int n, const nb_tensor *const *src, 
 {
     NB_DISPATCH_K("set_rows_n", set_rows_n(ctx, n, src, rows, dst), key_parts(&k_, n > 0 ? src[0] : NULL, n));
 }
+nb_status nb_op_norm_rope_set_n(nb_ops_ctx *ctx, const nb_norm_rope_set *p)
+{
+    NB_DISPATCH_K("norm_rope_set_n", norm_rope_set_n(ctx, p),
+                  key_parts(&k_, p->n_norm > 0 ? p->norms[0].x : p->n_rope > 0 ? p->rope_x[0] : NULL,
+                            p->n_norm + p->n_rope + p->n_set));
+}
 nb_status nb_op_linear(nb_ops_ctx *ctx, const nb_tensor *x, const nb_weight *w, nb_tensor *y)
 {
     NB_DISPATCH_K("linear", linear(ctx, x, w, y), key_linear(&k_, x, w));

@@ -220,6 +220,25 @@ nb_status nb_op_norm_n(nb_ops_ctx *ctx, int n, const nb_norm_part *parts);
 nb_status nb_op_set_rows_n(nb_ops_ctx *ctx, int n, const nb_tensor *const *src, const int32_t *rows,
                            nb_tensor *const *dst);
 
+/* nb_op_norm_n(n_norm, norms), then nb_op_rope_n(n_rope, rope_x, pos, rope), then
+ * nb_op_set_rows_n(n_set, src, rows, dst), in that order: a rope part may lie inside a norm
+ * part's output and a source of the writes inside either (an MLA layer's key side: the
+ * latent's norm, k_pe's rope, the pool write of [latent | k_pe]). Counts 0..NB_FUSED_MAX,
+ * at least one part; every part has the same number of rows (tokens). */
+typedef struct nb_norm_rope_set {
+    int n_norm;
+    const nb_norm_part *norms;
+    int n_rope;
+    nb_tensor *const *rope_x;
+    const int32_t *pos;
+    const nb_rope *const *rope;
+    int n_set;
+    const nb_tensor *const *src;
+    const int32_t *rows;
+    nb_tensor *const *dst;
+} nb_norm_rope_set;
+nb_status nb_op_norm_rope_set_n(nb_ops_ctx *ctx, const nb_norm_rope_set *p);
+
 /* ---- dense linear layers -------------------------------------------------------------- */
 
 /* y = x @ w^T (+ bias). x: F32 [T, k] (row stride free), y: F32 [T, n]. BLAS on CPU after

@@ -1,6 +1,7 @@
 /* The small ops of a decode step on GLM-5's shapes (issue 9, third round): rope_n, norm_n and
- * set_rows_n of the MLA layer, the BF16 embedding, add_rmsnorm, the router alone and the
- * fused router gate + choice (moe_gate_route), each against its CPU op at 1 and 10 tokens
+ * set_rows_n of the MLA layer, their one-launch form norm_rope_set_n (fourth round; also on
+ * unaligned rows, its three-launch fallback), the BF16 embedding, add_rmsnorm, the router
+ * alone and the fused router gate + choice (moe_gate_route), each against its CPU op at 1 and 10 tokens
  * (and the legacy kernels of NIBBLE_CUDA_SMALL_OPS=legacy against the current ones: the same
  * bits where the arithmetic is the same). With --bench (or NB_SMALL_BENCH=1) it then times
  * each op per launch inside a CUDA graph of 100 launches: legacy, current without and with
@@ -401,6 +402,131 @@ static void test_set_rows_n(void)
     setn_case(10);
 }
 
+/* ---- norm_rope_set_n: the MLA layer's key side in one launch (norm_n of the four parts
+ * above, ropes of k_pe and of the index key, pool writes of [latent | k_pe] and the index key)
+ * against the CPU composition, and (--bench) against its three launches ------------------ */
+
+typedef struct prep_arg {
+    nb_tensor v[4], rx[2], src[2], dst[2];
+    nb_norm_part p[4];
+    const nb_rope *tabs[2];
+    const int32_t *pos, *rows;
+} prep_arg;
+static void run_prep_on(nb_ops_ctx *ctx, prep_arg *a)
+{
+    normn_arg na;
+    for (int i = 0; i < 4; i++) na.v[i] = a->v[i], na.p[i] = a->p[i];
+    normn_bind(&na);
+    nb_tensor *rx[2] = {&a->rx[0], &a->rx[1]};
+    const nb_tensor *src[2] = {&a->src[0], &a->src[1]};
+    nb_tensor *dst[2] = {&a->dst[0], &a->dst[1]};
+    const nb_norm_rope_set q = {4, na.p, 2, rx, a->pos, a->tabs, 2, src, a->rows, dst};
+    NB_CHECK_OK(nb_op_norm_rope_set_n(ctx, &q));
+}
+static void run_prep(void *p) { run_prep_on(tu_gpu, p); }
+
+/* pad: floats added to the row stride (1: unaligned rows, the three-launch fallback) */
+static void prep_case(int T, int pad)
+{
+    const int W = 2784 + pad, R = 4096, PW = 576 + 64 + 128;
+    const int off[4] = {0, 2048, 2048 + 576, 2048 + 576 + 128}, d[4] = {2048, 512, 128, 32};
+    nb_rope ra, rb;
+    memset(&ra, 0, sizeof ra);
+    memset(&rb, 0, sizeof rb);
+    ra.dim = rb.dim = 64;
+    ra.interleave = 1;
+    ra.attention_scaling = rb.attention_scaling = 1.0f;
+    for (int i = 0; i < 32; i++) {
+        ra.inv_freq[i] = powf(1000000.0f, -(float)(2 * i) / 64);
+        rb.inv_freq[i] = powf(10000.0f, -(float)(2 * i) / 64);
+    }
+    const size_t n = (size_t)T * W, pn = (size_t)R * PW;
+    float *h = malloc(n * 4), *b = malloc(n * 4), *c = malloc(n * 4), *wt = malloc((2048 + 512 + 256) * 4);
+    float *pool = malloc(pn * 4), *pb = malloc(pn * 4), *pc = malloc(pn * 4);
+    tu_fill(h, n, 2.0f);
+    tu_fill(wt, 2048 + 512 + 256, 1.0f);
+    tu_fill(pool, pn, 1.0f);
+    int32_t pos[16], rows[16];
+    for (int t = 0; t < T; t++) {
+        pos[t] = 127 + 37 * t + (t == 3 ? 150000 : 0);
+        rows[t] = (int32_t)((tu_u32() % (R / 16)) * 16 + t);
+    }
+    float *dw = tu_up(wt, (2048 + 512 + 256) * 4);
+    float *rowb[3] = {h, tu_up(h, n * 4), tu_up(h, n * 4)}, *poolb[3] = {pool, tu_up(pool, pn * 4), tu_up(pool, pn * 4)};
+    const int32_t *dpos = tu_up(pos, sizeof pos), *drows = tu_up(rows, sizeof rows);
+    prep_arg a[3];
+    for (int k = 0; k < 3; k++) {
+        const nb_device dev = k ? NB_DEVICE_CUDA : NB_DEVICE_CPU;
+        const float *w = k ? dw : wt;
+        float *base = rowb[k];
+        for (int i = 0; i < 4; i++) {
+            a[k].v[i] = nb_tensor_2d(base + off[i], F32, T, d[i]);
+            a[k].v[i].stride[0] = W;
+            a[k].v[i].device = dev;
+        }
+        a[k].p[0] = (nb_norm_part){NB_NORM_RMS, NULL, NULL, w, NULL, 1e-6f, 1.0f};
+        a[k].p[1] = (nb_norm_part){NB_NORM_RMS, NULL, NULL, w + 2048, NULL, 1e-6f, 1.0f};
+        a[k].p[2] = (nb_norm_part){NB_NORM_LAYER, NULL, NULL, w + 2560, w + 2688, 1e-6f, 1.0f};
+        a[k].p[3] = (nb_norm_part){NB_NORM_SCALE, NULL, NULL, NULL, NULL, 0.0f, 0.17677669f};
+        a[k].rx[0] = nb_tensor_3d(base + 2560, F32, T, 1, 64); /* k_pe after the latent */
+        a[k].rx[1] = nb_tensor_3d(base + 2624, F32, T, 1, 64); /* the index key's first 64 */
+        a[k].src[0] = nb_tensor_2d(base + 2048, F32, T, 576);
+        a[k].src[1] = nb_tensor_2d(base + 2624, F32, T, 128);
+        a[k].dst[0] = nb_tensor_2d(poolb[k], F32, R, 576);
+        a[k].dst[1] = nb_tensor_2d(poolb[k] + 640, F32, R, 128);
+        for (int i = 0; i < 2; i++) {
+            a[k].rx[i].stride[0] = a[k].src[i].stride[0] = W;
+            a[k].dst[i].stride[0] = PW;
+            a[k].rx[i].device = a[k].src[i].device = a[k].dst[i].device = dev;
+        }
+        a[k].tabs[0] = &ra, a[k].tabs[1] = &rb;
+        a[k].pos = k ? dpos : pos;
+        a[k].rows = k ? drows : rows;
+    }
+    run_prep_on(tu_cpu, &a[0]);
+    run_prep(&a[1]);
+    nb_cuda_norm_rope_set_force(0); /* the three launches */
+    run_prep(&a[2]);
+    nb_cuda_norm_rope_set_force(-1);
+    NB_CHECK_OK(nb_ops_download(tu_gpu, b, rowb[1], n * 4));
+    NB_CHECK_OK(nb_ops_download(tu_gpu, c, rowb[2], n * 4));
+    NB_CHECK_OK(nb_ops_download(tu_gpu, pb, poolb[1], pn * 4));
+    NB_CHECK_OK(nb_ops_download(tu_gpu, pc, poolb[2], pn * 4));
+    char name[96];
+    snprintf(name, sizeof name, "norm_rope_set_n %d tok%s: rows", T, pad ? " unaligned" : "");
+    tu_compare(name, h, b, n, NB_TOL_F32);
+    snprintf(name, sizeof name, "norm_rope_set_n %d tok%s: pool", T, pad ? " unaligned" : "");
+    tu_compare(name, pool, pb, pn, NB_TOL_F32);
+    snprintf(name, sizeof name, "  3 launches %d tok%s: rows", T, pad ? " unaligned" : "");
+    tu_compare(name, h, c, n, NB_TOL_F32);
+    snprintf(name, sizeof name, "  3 launches %d tok%s: pool", T, pad ? " unaligned" : "");
+    tu_compare(name, pool, pc, pn, NB_TOL_F32);
+    size_t diff = 0;
+    for (size_t i = 0; i < n; i++) diff += memcmp(&b[i], &c[i], 4) != 0;
+    fprintf(stderr, "    norm_rope_set_n %d tok: %zu of %zu row values differ in bits from the 3 launches\n", T, diff,
+            n);
+    if (bench && !pad) {
+        nb_cuda_norm_rope_set_force(1);
+        const double f1 = graph_us(run_prep, &a[1]);
+        nb_cuda_norm_rope_set_force(0);
+        const double f0 = graph_us(run_prep, &a[1]);
+        nb_cuda_norm_rope_set_force(-1);
+        printf("BENCH norm_rope_set_n [%d tok] one launch %6.2f us, norm_n + rope_n + set_rows_n %6.2f us\n", T, f1,
+               f0);
+        fflush(stdout);
+    }
+    free(h), free(b), free(c), free(wt), free(pool), free(pb), free(pc);
+    tu_free_all();
+}
+
+static void test_norm_rope_set(void)
+{
+    tu_seed(97);
+    prep_case(1, 0);
+    prep_case(10, 0);
+    prep_case(3, 1);
+}
+
 /* ---- moe_route alone (logits given), GLM-5's router ---------------------------------- */
 
 typedef struct mr_arg {
@@ -581,6 +707,7 @@ static const nb_test tests[] = {
     {"add_rmsnorm", test_add_rmsnorm},
     {"norm_n", test_norm_n},
     {"set_rows_n", test_set_rows_n},
+    {"norm_rope_set", test_norm_rope_set},
     {"route_alone", test_route_alone},
     {"gate_route", test_gate_route},
 };

@@ -1,4 +1,5 @@
-/* The fused launches of ops.h on the CPU against the ops they compose (bit-exact), and the
+/* The fused launches of ops.h on the CPU against the ops they compose (bit-exact; also
+ * norm_rope_set_n against norm_n, rope_n and set_rows_n in order), and the
  * concatenated attention projections of model/upload.c: one linear over the row-concatenated
  * weight, split by column views, equals the separate linears bit for bit (F32, BF16, NVFP4;
  * 1, 3 and 37 tokens), and moe_gate_route against linear then moe_route.
@@ -128,6 +129,69 @@ static void test_set_rows_n(void)
     free(src), free(pa), free(pb);
 }
 
+/* norm_rope_set_n over one row [a 24 | latent 16 | k_pe 8 | key 16]: norms of a, the latent
+ * and the key, ropes of k_pe and of the key's first 8 (two tables), pool writes of
+ * [latent | k_pe] and the key == norm_n, rope_n, set_rows_n in that order; counts refused. */
+static void test_norm_rope_set_n(void)
+{
+    const int T = 3, W = 24 + 16 + 8 + 16, R = 7, PW = 24 + 16 + 2;
+    nb_rope ra, rb;
+    memset(&ra, 0, sizeof ra);
+    memset(&rb, 0, sizeof rb);
+    ra.dim = rb.dim = 8;
+    ra.interleave = 1;
+    ra.attention_scaling = rb.attention_scaling = 1.0f;
+    for (int i = 0; i < 4; i++) {
+        ra.inv_freq[i] = powf(10000.0f, -(float)(2 * i) / 8);
+        rb.inv_freq[i] = powf(500.0f, -(float)(2 * i) / 8);
+    }
+    float *x[2], *pool[2], *wt = malloc(64 * 4);
+    x[0] = malloc(T * W * 4), x[1] = malloc(T * W * 4), pool[0] = malloc(R * PW * 4), pool[1] = malloc(R * PW * 4);
+    fill(x[0], T * W, 2.0f);
+    memcpy(x[1], x[0], T * W * 4);
+    fill(pool[0], R * PW, 1.0f);
+    memcpy(pool[1], pool[0], R * PW * 4);
+    fill(wt, 64, 1.0f);
+    int32_t pos[3] = {3, 90, 7}, rows[3] = {6, 1, 2};
+    nb_tensor nv[2][3], rv[2][2], sv[2][2], dv[2][2];
+    nb_norm_part np[2][3];
+    for (int g = 0; g < 2; g++) {
+        const int off[3] = {0, 24, 48}, d[3] = {24, 16, 16};
+        for (int i = 0; i < 3; i++) {
+            nv[g][i] = nb_tensor_2d(x[g] + off[i], F32, T, d[i]);
+            nv[g][i].stride[0] = W;
+        }
+        np[g][0] = (nb_norm_part){NB_NORM_RMS, &nv[g][0], &nv[g][0], wt, NULL, 1e-6f, 1};
+        np[g][1] = (nb_norm_part){NB_NORM_RMS, &nv[g][1], &nv[g][1], wt + 24, NULL, 1e-6f, 1};
+        np[g][2] = (nb_norm_part){NB_NORM_LAYER, &nv[g][2], &nv[g][2], wt + 40, wt + 48, 1e-6f, 1};
+        rv[g][0] = nb_tensor_3d(x[g] + 40, F32, T, 1, 8);
+        rv[g][1] = nb_tensor_3d(x[g] + 48, F32, T, 1, 8);
+        sv[g][0] = nb_tensor_2d(x[g] + 24, F32, T, 24);
+        sv[g][1] = nb_tensor_2d(x[g] + 48, F32, T, 16);
+        dv[g][0] = nb_tensor_2d(pool[g], F32, R, 24);
+        dv[g][1] = nb_tensor_2d(pool[g] + 26, F32, R, 16);
+        for (int i = 0; i < 2; i++) rv[g][i].stride[0] = sv[g][i].stride[0] = W, dv[g][i].stride[0] = PW;
+    }
+    const nb_rope *tabs[] = {&ra, &rb};
+    nb_tensor *rx0[] = {&rv[0][0], &rv[0][1]}, *rx1[] = {&rv[1][0], &rv[1][1]};
+    const nb_tensor *s0[] = {&sv[0][0], &sv[0][1]}, *s1[] = {&sv[1][0], &sv[1][1]};
+    nb_tensor *d0[] = {&dv[0][0], &dv[0][1]}, *d1[] = {&dv[1][0], &dv[1][1]};
+    const nb_norm_rope_set q = {3, np[0], 2, rx0, pos, tabs, 2, s0, rows, d0};
+    NB_CHECK_OK(nb_op_norm_rope_set_n(ctx, &q));
+    NB_CHECK_OK(nb_op_norm_n(ctx, 3, np[1]));
+    NB_CHECK_OK(nb_op_rope_n(ctx, 2, rx1, pos, tabs));
+    NB_CHECK_OK(nb_op_set_rows_n(ctx, 2, s1, rows, d1));
+    NB_CHECK(memcmp(x[0], x[1], T * W * 4) == 0);
+    NB_CHECK(memcmp(pool[0], pool[1], R * PW * 4) == 0);
+    /* the write saw the rotated k_pe: pool row 6 holds token 0's roped k_pe */
+    NB_CHECK(memcmp(pool[0] + 6 * PW + 16, x[0] + 40, 8 * 4) == 0);
+    const nb_norm_rope_set none = {0, np[0], 0, rx0, pos, tabs, 0, s0, rows, d0};
+    NB_CHECK(nb_op_norm_rope_set_n(ctx, &none) == NB_ERR_INVALID_ARG);
+    const nb_norm_rope_set many = {NB_FUSED_MAX + 1, np[0], 0, rx0, pos, tabs, 0, s0, rows, d0};
+    NB_CHECK(nb_op_norm_rope_set_n(ctx, &many) == NB_ERR_INVALID_ARG);
+    free(x[0]), free(x[1]), free(pool[0]), free(pool[1]), free(wt);
+}
+
 /* A weight of n rows of format fmt over k in fresh memory (scale too for NVFP4). */
 static nb_weight make_weight(nb_wfmt fmt, int64_t n, int64_t k, void **keep_data, void **keep_scale)
 {
@@ -249,6 +313,7 @@ static const nb_test tests[] = {
     {"norm_n", test_norm_n},
     {"rope_n", test_rope_n},
     {"set_rows_n", test_set_rows_n},
+    {"norm_rope_set_n", test_norm_rope_set_n},
     {"concat_linear", test_concat_linear},
 };
 

@@ -76,6 +76,7 @@ nb_status nb_cpu_rope_n(nb_ops_ctx *ctx, int n, nb_tensor *const *x, const int32
 nb_status nb_cpu_norm_n(nb_ops_ctx *ctx, int n, const nb_norm_part *parts);
 nb_status nb_cpu_set_rows_n(nb_ops_ctx *ctx, int n, const nb_tensor *const *src, const int32_t *rows,
                           nb_tensor *const *dst);
+nb_status nb_cpu_norm_rope_set_n(nb_ops_ctx *ctx, const nb_norm_rope_set *p);
 nb_status nb_cpu_moe_experts(nb_ops_ctx *ctx, const nb_tensor *x, const nb_tensor *ids, const nb_tensor *weights,
                              const nb_moe_weights *w, int accumulate, nb_tensor *out);
 

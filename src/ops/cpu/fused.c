@@ -53,6 +53,18 @@ nb_status nb_cpu_set_rows_n(nb_ops_ctx *ctx, int n, const nb_tensor *const *src,
     return NB_OK;
 }
 
+nb_status nb_cpu_norm_rope_set_n(nb_ops_ctx *ctx, const nb_norm_rope_set *p)
+{
+    if (p->n_norm < 0 || p->n_norm > NB_FUSED_MAX || p->n_rope < 0 || p->n_rope > NB_FUSED_MAX || p->n_set < 0 ||
+        p->n_set > NB_FUSED_MAX || p->n_norm + p->n_rope + p->n_set == 0)
+        return nb_error(NB_ERR_INVALID_ARG, "norm_rope_set_n: %d norm, %d rope, %d set parts (0..%d each, not none)",
+                        p->n_norm, p->n_rope, p->n_set, NB_FUSED_MAX);
+    if (p->n_norm) NB_TRY(nb_cpu_norm_n(ctx, p->n_norm, p->norms));
+    if (p->n_rope) NB_TRY(nb_cpu_rope_n(ctx, p->n_rope, p->rope_x, p->pos, p->rope));
+    if (p->n_set) NB_TRY(nb_cpu_set_rows_n(ctx, p->n_set, p->src, p->rows, p->dst));
+    return NB_OK;
+}
+
 nb_status nb_cpu_moe_gate_route(nb_ops_ctx *ctx, const nb_tensor *x, const nb_weight *gate, nb_tensor *logits,
                                 const nb_router_params *p, nb_tensor *ids, nb_tensor *weights)
 {

@@ -66,6 +66,11 @@ nb_status nb_cuda_rope_n(nb_ops_ctx *ctx, int n, nb_tensor *const *x, const int3
 nb_status nb_cuda_norm_n(nb_ops_ctx *ctx, int n, const nb_norm_part *parts);
 nb_status nb_cuda_set_rows_n(nb_ops_ctx *ctx, int n, const nb_tensor *const *src, const int32_t *rows,
                           nb_tensor *const *dst);
+/* One kernel, one block per token (norms by warp groups, then ropes, then the writes); the
+ * three launches above where the parts do not fit it (unaligned or very wide rows), or with
+ * NIBBLE_CUDA_KV_PREP=0 / nb_cuda_norm_rope_set_force(0) (A/B timings; < 0: the environment). */
+nb_status nb_cuda_norm_rope_set_n(nb_ops_ctx *ctx, const nb_norm_rope_set *p);
+void nb_cuda_norm_rope_set_force(int fused);
 nb_status nb_cuda_linear(nb_ops_ctx *ctx, const nb_tensor *x, const nb_weight *w, nb_tensor *y);
 nb_status nb_cuda_mlp(nb_ops_ctx *ctx, const nb_tensor *x, const nb_weight *gate, const nb_weight *up,
                       const nb_weight *down, int accumulate, nb_tensor *out);

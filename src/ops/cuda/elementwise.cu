@@ -649,6 +649,244 @@ extern "C" nb_status nb_cuda_set_rows_n(nb_ops_ctx *ctx, int n, const nb_tensor 
     return NB_OK;
 }
 
+// norm_rope_set_n (ops.h): an MLA layer's norms, key ropes and pool writes in one launch, one
+// block per token. Phase 1: each norm part has its own warps (a row's float4s in registers, at
+// most NB_PREP_NV per thread, every load issued first; sums in double as norm_row_fast, warp
+// shuffles then a named barrier of the part's warps), so the parts run side by side; phase 2
+// (after __syncthreads, which makes the block's global writes visible to it): every rope
+// (head, pair) of the token by one thread; phase 3: the writes, float4 where aligned. Parts
+// that do not fit (unaligned rows, rows wider than the warps' registers) take the three
+// separate launches, as NIBBLE_CUDA_KV_PREP=0 does.
+#define NB_PREP_NV 4
+#define NB_PREP_MAX_WARPS 16
+typedef struct prep_dev {
+    int n_norm, n_rope, n_set;
+    norm_seg_dev norm[NB_FUSED_MAX];
+    int w0[NB_FUSED_MAX + 1]; /* norm part i: warps [w0[i], w0[i+1]) */
+    rope_part_dev rope[NB_FUSED_MAX];
+    nb_rope table[2];
+    int64_t pairs[NB_FUSED_MAX]; /* (head, pair)s of rope part i */
+    set_part_dev set[NB_FUSED_MAX];
+    int set_vec; /* every write row 16-byte aligned with a width multiple of 4 */
+} prep_dev;
+
+// Sum over the part's nw warps (starting at warp w0) of a double; bar: its named barrier.
+__device__ __forceinline__ double prep_sum(double v, double *sh, int w0, int nw, int bar)
+{
+    v = nb_d_warp_sum_d(v);
+    if (nw == 1) return v;
+    const int w = (int)(threadIdx.x >> 5) - w0;
+    asm volatile("bar.sync %0, %1;" ::"r"(bar), "r"(nw * 32) : "memory");
+    if ((threadIdx.x & 31) == 0) sh[w] = v;
+    asm volatile("bar.sync %0, %1;" ::"r"(bar), "r"(nw * 32) : "memory");
+    double t = 0;
+    for (int i = 0; i < nw; i++) t += sh[i];
+    return t;
+}
+
+__global__ void __launch_bounds__(NB_PREP_MAX_WARPS * 32) k_norm_rope_set(prep_dev p, const int32_t *pos,
+                                                                          const int32_t *rows)
+{
+    nb_pdl_wait(); // before any global access (ops/cuda/pdl.cuh)
+    nb_pdl_trigger();
+    __shared__ double sh[NB_FUSED_MAX][NB_PREP_MAX_WARPS];
+    const int64_t t = blockIdx.x;
+    const int warp = (int)(threadIdx.x >> 5);
+    int i = 0;
+    while (i < p.n_norm && warp >= p.w0[i + 1]) i++;
+    if (i < p.n_norm) {
+        const norm_seg_dev *g = &p.norm[i];
+        const int nw = p.w0[i + 1] - p.w0[i], lt = (int)threadIdx.x - 32 * p.w0[i], nt = 32 * nw;
+        const int d4 = (int)(g->d / 4);
+        const float4 *x = (const float4 *)(g->x + t * g->ldx);
+        float4 *o = (float4 *)(g->out + t * g->ldo);
+        float4 v[NB_PREP_NV], wr[NB_PREP_NV], br[NB_PREP_NV];
+#pragma unroll
+        for (int k = 0; k < NB_PREP_NV; k++) {
+            const int j = lt + k * nt;
+            const bool in = j < d4;
+            v[k] = in ? x[j] : make_float4(0, 0, 0, 0);
+            wr[k] = in && g->wt ? ((const float4 *)g->wt)[j] : make_float4(0, 0, 0, 0);
+            br[k] = in && g->bias ? ((const float4 *)g->bias)[j] : make_float4(0, 0, 0, 0);
+        }
+        const int bar = 1 + i;
+        if (g->kind == NB_K_SCALE) {
+#pragma unroll
+            for (int k = 0; k < NB_PREP_NV; k++) {
+                const int j = lt + k * nt;
+                if (j < d4) o[j] = make_float4(v[k].x * g->s, v[k].y * g->s, v[k].z * g->s, v[k].w * g->s);
+            }
+        } else if (g->kind == NB_K_LAYER) {
+            double s = 0;
+#pragma unroll
+            for (int k = 0; k < NB_PREP_NV; k++) s += ((double)v[k].x + v[k].y) + ((double)v[k].z + v[k].w);
+            const double mean = prep_sum(s, sh[i], p.w0[i], nw, bar) / (double)g->d;
+            double q = 0;
+#pragma unroll
+            for (int k = 0; k < NB_PREP_NV; k++)
+                if (lt + k * nt < d4) {
+                    double a = v[k].x - mean, b = v[k].y - mean, c = v[k].z - mean, e = v[k].w - mean;
+                    q += a * a + b * b + c * c + e * e;
+                }
+            const double inv = 1.0 / sqrt(prep_sum(q, sh[i], p.w0[i], nw, bar) / (double)g->d + (double)g->eps);
+#pragma unroll
+            for (int k = 0; k < NB_PREP_NV; k++) {
+                const int j = lt + k * nt;
+                if (j >= d4) continue;
+                float4 y;
+                y.x = (float)((v[k].x - mean) * inv) * wr[k].x + br[k].x;
+                y.y = (float)((v[k].y - mean) * inv) * wr[k].y + br[k].y;
+                y.z = (float)((v[k].z - mean) * inv) * wr[k].z + br[k].z;
+                y.w = (float)((v[k].w - mean) * inv) * wr[k].w + br[k].w;
+                o[j] = y;
+            }
+        } else {
+            double q = 0;
+#pragma unroll
+            for (int k = 0; k < NB_PREP_NV; k++)
+                q += (double)v[k].x * v[k].x + (double)v[k].y * v[k].y + (double)v[k].z * v[k].z +
+                     (double)v[k].w * v[k].w;
+            const float fi =
+                (float)(1.0 / sqrt(prep_sum(q, sh[i], p.w0[i], nw, bar) / (double)g->d + (double)g->eps));
+#pragma unroll
+            for (int k = 0; k < NB_PREP_NV; k++) {
+                const int j = lt + k * nt;
+                if (j < d4)
+                    o[j] = make_float4(wr[k].x * (v[k].x * fi), wr[k].y * (v[k].y * fi), wr[k].z * (v[k].z * fi),
+                                       wr[k].w * (v[k].w * fi));
+            }
+        }
+    }
+    __syncthreads();
+    if (p.n_rope) {
+        const float pt = (float)pos[t];
+        for (int r = 0; r < p.n_rope; r++)
+            for (int64_t w = threadIdx.x; w < p.pairs[r]; w += blockDim.x)
+                rope_pair(&p.rope[r], &p.table[p.rope[r].table], t, pt, w);
+        __syncthreads();
+    }
+    if (p.n_set) {
+        const int64_t row = rows[t];
+        for (int r = 0; r < p.n_set; r++) {
+            const set_part_dev *g = &p.set[r];
+            if (row < 0 || row >= g->n) continue;
+            const float *src = g->src + t * g->lds;
+            float *dst = g->dst + row * g->ldd;
+            if (p.set_vec) {
+                for (int64_t j = threadIdx.x; j < g->w / 4; j += blockDim.x)
+                    ((float4 *)dst)[j] = ((const float4 *)src)[j];
+            } else {
+                for (int64_t j = threadIdx.x; j < g->w; j += blockDim.x) dst[j] = src[j];
+            }
+        }
+    }
+}
+
+static int prep_force = -1;
+
+extern "C" void nb_cuda_norm_rope_set_force(int fused) { prep_force = fused < 0 ? -1 : fused ? 1 : 0; }
+
+static int prep_on(void)
+{
+    static int env = -1;
+    if (prep_force >= 0) return prep_force;
+    if (env < 0) {
+        const char *e = getenv("NIBBLE_CUDA_KV_PREP");
+        env = !(e && !strcmp(e, "0"));
+    }
+    return env;
+}
+
+static bool al16(const void *p, int64_t ld) { return (uintptr_t)p % 16 == 0 && ld % 4 == 0; }
+
+extern "C" nb_status nb_cuda_norm_rope_set_n(nb_ops_ctx *ctx, const nb_norm_rope_set *q)
+{
+    if (q->n_norm < 0 || q->n_norm > NB_FUSED_MAX || q->n_rope < 0 || q->n_rope > NB_FUSED_MAX || q->n_set < 0 ||
+        q->n_set > NB_FUSED_MAX || q->n_norm + q->n_rope + q->n_set == 0)
+        return nb_error(NB_ERR_INVALID_ARG, "norm_rope_set_n: %d norm, %d rope, %d set parts (0..%d each, not none)",
+                        q->n_norm, q->n_rope, q->n_set, NB_FUSED_MAX);
+    const int64_t T = q->n_norm ? q->norms[0].x->shape[0] : q->n_rope ? q->rope_x[0]->shape[0] : q->src[0]->shape[0];
+    for (int i = 0; i < q->n_norm; i++)
+        if (q->norms[i].x->shape[0] != T)
+            return nb_error(NB_ERR_INVALID_ARG, "norm_rope_set_n: norm part %d has %lld rows, not %lld", i,
+                            (long long)q->norms[i].x->shape[0], (long long)T);
+    for (int i = 0; i < q->n_rope; i++)
+        if (q->rope_x[i]->shape[0] != T)
+            return nb_error(NB_ERR_INVALID_ARG, "norm_rope_set_n: rope part %d has %lld tokens, not %lld", i,
+                            (long long)q->rope_x[i]->shape[0], (long long)T);
+    for (int i = 0; i < q->n_set; i++)
+        if (q->src[i]->shape[0] != T)
+            return nb_error(NB_ERR_INVALID_ARG, "norm_rope_set_n: set part %d has %lld rows, not %lld", i,
+                            (long long)q->src[i]->shape[0], (long long)T);
+    /* the fused kernel's shapes; otherwise the three launches (their own checks) */
+    bool fit = prep_on() && !nb_cuda_small_ops_legacy() && T > 0 && T <= 2147483647;
+    prep_dev p;
+    memset(&p, 0, sizeof p);
+    p.n_norm = q->n_norm, p.n_rope = q->n_rope, p.n_set = q->n_set;
+    int warps = 0;
+    for (int i = 0; fit && i < q->n_norm; i++) {
+        const nb_norm_part *a = &q->norms[i];
+        NB_TRY(same_rows("norm_rope_set_n", a->x, "x", a->out, "out"));
+        if (a->kind == NB_NORM_SCALE && a->x->data != a->out->data)
+            return nb_error(NB_ERR_INVALID_ARG, "norm_rope_set_n: norm part %d: a scale part must be in place", i);
+        if (a->kind != NB_NORM_SCALE && !a->weight)
+            return nb_error(NB_ERR_INVALID_ARG, "norm_rope_set_n: norm part %d: weight is NULL", i);
+        const int kind = a->kind == NB_NORM_RMS ? NB_K_RMS : a->kind == NB_NORM_LAYER ? NB_K_LAYER : NB_K_SCALE;
+        unsigned th = 32;
+        norm_seg_fill(&p.norm[i], kind, a->x, NULL, kind == NB_K_SCALE ? NULL : a->weight,
+                      kind == NB_K_LAYER ? a->bias : NULL, a->eps, a->s, a->out, &th);
+        const int64_t d = a->x->shape[1], d4 = d / 4;
+        const int nw = (int)NB_MAX(1, (d4 + 32 * NB_PREP_NV - 1) / (32 * NB_PREP_NV));
+        fit = fit && d % 4 == 0 && al16(a->x->data, a->x->stride[0]) && al16(a->out->data, a->out->stride[0]) &&
+              (uintptr_t)p.norm[i].wt % 16 == 0 && (uintptr_t)p.norm[i].bias % 16 == 0;
+        p.w0[i] = warps;
+        warps += nw;
+        p.w0[i + 1] = warps;
+    }
+    fit = fit && warps <= NB_PREP_MAX_WARPS;
+    const nb_rope *tabs[2] = {NULL, NULL};
+    int n_tabs = 0;
+    for (int i = 0; fit && i < q->n_rope; i++) {
+        const nb_tensor *x = q->rope_x[i];
+        NB_TRY(nb_cuda_check_f32("norm_rope_set_n", "rope x", x, 3));
+        if (x->shape[2] < q->rope[i]->dim)
+            return nb_error(NB_ERR_INVALID_ARG, "norm_rope_set_n: rope part %d: head has %lld dims, fewer than %d", i,
+                            (long long)x->shape[2], q->rope[i]->dim);
+        int tb = -1;
+        for (int j = 0; j < n_tabs; j++)
+            if (tabs[j] == q->rope[i]) tb = j;
+        if (tb < 0 && n_tabs == 2) fit = false; /* more than two tables: the rope launch says so */
+        if (tb < 0 && fit) tabs[n_tabs] = q->rope[i], p.table[n_tabs] = *q->rope[i], tb = n_tabs++;
+        p.rope[i] = (rope_part_dev){(float *)x->data, x->stride[0], x->stride[1], x->shape[1], tb};
+        p.pairs[i] = x->shape[1] * (q->rope[i]->dim / 2);
+    }
+    p.set_vec = 1;
+    for (int i = 0; fit && i < q->n_set; i++) {
+        const nb_tensor *s = q->src[i], *d = q->dst[i];
+        NB_TRY(nb_cuda_check_f32("norm_rope_set_n", "src", s, 2));
+        NB_TRY(nb_cuda_check_f32("norm_rope_set_n", "dst", d, 2));
+        if (s->shape[1] != d->shape[1])
+            return nb_error(NB_ERR_INVALID_ARG, "norm_rope_set_n: set part %d: src width %lld, dst %lld", i,
+                            (long long)s->shape[1], (long long)d->shape[1]);
+        p.set[i] = (set_part_dev){(const float *)s->data, (float *)d->data, s->stride[0], d->stride[0], s->shape[1],
+                                  d->shape[0]};
+        if (!(s->shape[1] % 4 == 0 && al16(s->data, s->stride[0]) && al16(d->data, d->stride[0]))) p.set_vec = 0;
+    }
+    if (!fit) {
+        if (q->n_norm) NB_TRY(nb_cuda_norm_n(ctx, q->n_norm, q->norms));
+        if (q->n_rope) NB_TRY(nb_cuda_rope_n(ctx, q->n_rope, (nb_tensor *const *)q->rope_x, q->pos, q->rope));
+        if (q->n_set) NB_TRY(nb_cuda_set_rows_n(ctx, q->n_set, q->src, q->rows, q->dst));
+        return NB_OK;
+    }
+    const int threads = NB_MAX(warps, 4) * 32;
+    const int32_t *pos = q->pos, *rows = q->rows;
+    void *args[] = {&p, (void *)&pos, (void *)&rows};
+    NB_CUDA_TRY(nb_pdl_launch((const void *)k_norm_rope_set, dim3((unsigned)T), dim3((unsigned)threads), 0,
+                              nb_cuda_stream(ctx), args));
+    NB_CUDA_LAUNCHED("norm_rope_set_n");
+    return NB_OK;
+}
+
 // Device-to-device bytes in stream order (model/upload.c concatenates projection weights).
 extern "C" nb_status nb_cuda_copy_d2d(nb_ops_ctx *ctx, void *dst, const void *src, size_t bytes)
 {
