@@ -28,15 +28,16 @@
 #include "ops/cuda/graph.h"
 #endif
 
-/* Scratch slots a captured step reads (the ops' 0..3 and the activations): the graph is
- * valid while none of them has moved. */
+/* Scratch slots a captured step reads (the ops' 0..3, the activations, and the ops' slots of
+ * a side branch, 8..11: graph.h): the graph is valid while none of them has moved. */
 #define CR_GRAPH_SLOTS (NB_FWD_ACT_SLOT + 1)
+#define CR_SCRATCH_KEY (CR_GRAPH_SLOTS + NB_CUDA_SCRATCH_PTRS - 8)
 
 typedef struct cr_graph {
 #if NIBBLE_HAVE_CUDA
     nb_cuda_graph *g;
 #endif
-    void *scratch[CR_GRAPH_SLOTS]; /* scratch pointers at capture */
+    void *scratch[CR_SCRATCH_KEY]; /* scratch pointers at capture (cr_scratch_key) */
     int failed;                    /* capture failed: this size runs eagerly */
 } cr_graph;
 
@@ -154,10 +155,18 @@ static nb_status cr_index_area(nb_cuda_runner *m, int64_t entries)
     return NB_OK;
 }
 
+static void cr_scratch_key(nb_ops_ctx *ops, void *key[CR_SCRATCH_KEY])
+{
+    void *now[NB_CUDA_SCRATCH_PTRS];
+    nb_cuda_scratch_ptrs(ops, now);
+    for (int i = 0; i < CR_GRAPH_SLOTS; i++) key[i] = now[i];
+    for (int i = 8; i < NB_CUDA_SCRATCH_PTRS; i++) key[CR_GRAPH_SLOTS + i - 8] = now[i];
+}
+
 static int cr_graph_fresh(nb_cuda_runner *m, const cr_graph *g)
 {
-    void *now[8];
-    nb_cuda_scratch_ptrs(m->dev->ops, now);
+    void *now[CR_SCRATCH_KEY];
+    cr_scratch_key(m->dev->ops, now);
     return !memcmp(now, g->scratch, sizeof g->scratch);
 }
 
@@ -185,9 +194,7 @@ static void cr_capture(nb_cuda_runner *m, int gi, const nb_fwd_index *ix)
         NB_LOG_WARN("cuda", "no CUDA graph for decode batch %d (%s): those steps run eagerly", bs, why);
         return;
     }
-    void *now[8];
-    nb_cuda_scratch_ptrs(ops, now);
-    memcpy(g->scratch, now, sizeof g->scratch);
+    cr_scratch_key(ops, g->scratch);
     const double ms = (double)(nb_now_ns() - t0) * 1e-6;
     m->stats.captures++;
     m->stats.capture_ms += ms;

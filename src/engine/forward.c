@@ -22,6 +22,11 @@
 #include "base/log.h"
 #include "engine/fwd_dump.h"
 
+/* Steps of up to this many tokens run a MoE layer's shared expert on a second queue beside
+ * its routed experts (mlp_layer). Their linears then stay off cuBLASLt, whose workspace the
+ * two queues would share (ops/cuda/linear.h: GEMV and skinny-GEMM kernels up to 16 tokens). */
+#define NB_FWD_BRANCH_MAX_TOKENS 16
+
 /* Per-step buffers, carved from one allocation. */
 typedef struct fwd_bufs {
     void *block;
@@ -51,6 +56,7 @@ typedef struct fwd {
     int dsa_live; /* nb_fwd_index.dsa_live */
     float *h, *a, *o, *q, *qa, *kva, *att, *k, *v, *qi, *ki, *wi, *rlog, *rw;
     float *acat; /* [T, a_cat rows]: the concatenated projections' output (nb_layer.a_cat) */
+    float *o2;   /* [T, H]: the shared expert's output while it runs beside the routed experts */
     int32_t *rid;
 } fwd;
 
@@ -262,9 +268,23 @@ static nb_status mlp_layer(fwd *f, int l)
     nb_tensor lg = t2(f->rlog, T, E), w = t2(f->rw, T, K);
     nb_tensor ids = nb_tensor_2d(f->rid, NB_DTYPE_I32, T, K);
     ids.device = f->dev;
+    nb_moe_weights mw = {E, H, c->moe_intermediate_size, L->exp_gate, L->exp_up, L->exp_down};
+    if (L->has_shared && T <= NB_FWD_BRANCH_MAX_TOKENS && nb_ops_can_branch(ops)) {
+        /* The shared expert beside the router and the routed experts (a second queue, ops.h
+         * nb_ops_branch): both stream their weights, and each fills bandwidth the other
+         * leaves idle at its start and tail. Its output is added after the join. */
+        nb_tensor o2 = t2(f->o2, T, H);
+        NB_TRY(nb_ops_branch(ops));
+        nb_status st = mlp(f, &a, &L->sh_gate, &L->sh_up, &L->sh_down, 0, &o2);
+        nb_status sm = nb_ops_branch_main(ops);
+        if (st == NB_OK && sm == NB_OK) st = nb_op_moe_gate_route(ops, &a, &L->router, &lg, &rp, &ids, &w);
+        if (st == NB_OK) st = nb_op_moe_experts(ops, &a, &ids, &w, &mw, 0, &o);
+        nb_status sj = nb_ops_join(ops); /* whatever failed, the queues are one again */
+        NB_TRY(st != NB_OK ? st : sm != NB_OK ? sm : sj);
+        return nb_op_add(ops, &o2, &o);
+    }
     /* the router's linear and choice as one op (ops.h: a backend may run them as one launch) */
     NB_TRY(nb_op_moe_gate_route(ops, &a, &L->router, &lg, &rp, &ids, &w));
-    nb_moe_weights mw = {E, H, c->moe_intermediate_size, L->exp_gate, L->exp_up, L->exp_down};
     NB_TRY(nb_op_moe_experts(ops, &a, &ids, &w, &mw, 0, &o));
     if (L->has_shared) NB_TRY(mlp(f, &a, &L->sh_gate, &L->sh_up, &L->sh_down, 1, &o));
     return NB_OK;
@@ -346,7 +366,7 @@ static nb_status fwd_setup(nb_model *m, nb_kv_pool *pool, int T, int R, const nb
     const int64_t sizes[] = {3 * H * T, qw * T, c->q_lora_rank * (int64_t)T + 1, ka * T + 1, attw * T, kvw * T + 1,
                              kvw * T + 1, qiw * T + 1, c->index_head_dim * (int64_t)T + 1,
                              c->index_n_heads * (int64_t)T + 1, E * T + 1, K * T, K * T, topk * T, T, H * R,
-                             catw * T + 1};
+                             catw * T + 1, H * T};
     nb_ops_ctx *ops = m->ops;
     fwd_bufs bufs = {0};
     for (size_t i = 0; i < NB_ARRAY_LEN(sizes); i++) bufs.cap += ((size_t)sizes[i] * 4 + 63) / 64 * 64;
@@ -381,6 +401,7 @@ static nb_status fwd_setup(nb_model *m, nb_kv_pool *pool, int T, int R, const nb
     f->sel_count = (int32_t *)take(&bufs, T);
     *final_rows = take(&bufs, H * R);
     f->acat = take(&bufs, catw * T + 1);
+    f->o2 = take(&bufs, H * T);
     f->idx = (nb_attn_index){T, f->pos, f->slot_base, f->slot_table};
     return NB_OK;
 }

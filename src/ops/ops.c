@@ -193,6 +193,42 @@ nb_status nb_ops_sync(nb_ops_ctx *ctx)
     return NB_OK;
 }
 
+int nb_ops_can_branch(nb_ops_ctx *ctx)
+{
+#if NIBBLE_HAVE_CUDA
+    if (ctx->device == NB_DEVICE_CUDA) return !nb_prof_on() && nb_cuda_can_branch(ctx);
+#endif
+    (void)ctx;
+    return 0;
+}
+
+nb_status nb_ops_branch(nb_ops_ctx *ctx)
+{
+#if NIBBLE_HAVE_CUDA
+    if (ctx->device == NB_DEVICE_CUDA && nb_ops_can_branch(ctx)) return nb_cuda_branch(ctx);
+#endif
+    (void)ctx;
+    return NB_OK;
+}
+
+nb_status nb_ops_branch_main(nb_ops_ctx *ctx)
+{
+#if NIBBLE_HAVE_CUDA
+    if (ctx->device == NB_DEVICE_CUDA && nb_cuda_st_branch(ctx) == 1) return nb_cuda_branch_main(ctx);
+#endif
+    (void)ctx;
+    return NB_OK;
+}
+
+nb_status nb_ops_join(nb_ops_ctx *ctx)
+{
+#if NIBBLE_HAVE_CUDA
+    if (ctx->device == NB_DEVICE_CUDA && nb_cuda_st_branch(ctx) != 0) return nb_cuda_join(ctx);
+#endif
+    (void)ctx;
+    return NB_OK;
+}
+
 /* The dispatch table: each op goes to the implementation of its context's backend, and
  * refuses a context of a backend not compiled in. */
 #if NIBBLE_HAVE_CUDA

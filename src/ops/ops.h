@@ -140,6 +140,20 @@ nb_status nb_ops_download(nb_ops_ctx *ctx, void *dst_host, const void *src, size
 nb_status nb_ops_memset(nb_ops_ctx *ctx, void *dst, int byte, size_t bytes);
 nb_status nb_ops_sync(nb_ops_ctx *ctx);
 
+/* A branch: two queues of ops that may run side by side. nb_ops_branch sends the ops that
+ * follow to a second queue, which starts after everything enqueued so far;
+ * nb_ops_branch_main sends later ops back to the first queue while the second one runs;
+ * nb_ops_join makes every later op wait for both. The caller keeps the two queues' ops
+ * independent (no op of one reads what the other writes before the join). Ops on the second
+ * queue get scratch of their own (nb_ops_scratch slots 0-3); callers' slots 4-7 are shared.
+ * A CUDA graph captured across a branch holds both queues. nb_ops_can_branch: 1 where the
+ * queues can overlap (CUDA, unless NIBBLE_CUDA_BRANCH=0, and not while ops are profiled);
+ * elsewhere the three calls do nothing and ops run in order. */
+int nb_ops_can_branch(nb_ops_ctx *ctx);
+nb_status nb_ops_branch(nb_ops_ctx *ctx);
+nb_status nb_ops_branch_main(nb_ops_ctx *ctx);
+nb_status nb_ops_join(nb_ops_ctx *ctx);
+
 /* ---- row movement (the KV pool writes and the logit rows of the forward pass) --------- */
 
 /* dst[rows[t], :] = src[t, :]. src: F32 [T, w]; dst: F32 [n, w] (row stride free); rows: I32

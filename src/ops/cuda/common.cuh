@@ -14,7 +14,8 @@
 #include "ops/cuda/device.h"
 #include "ops/cuda/gemm_lt.h"
 
-#define NB_CUDA_SCRATCH_SLOTS 8
+#define NB_CUDA_SCRATCH_SLOTS 12 /* 0-7 as ops.h says; 8-11: ops slots 0-3 on the side branch */
+#define NB_CUDA_SIDE_SLOT0 8
 #define NB_CUDA_MOE_REG_MAX 256
 
 struct nb_cuda_moe_reg; // ops/cuda/experts.cu
@@ -22,7 +23,10 @@ struct nb_cuda_mla;     // ops/cuda/mla_gemm.cu
 
 typedef struct nb_cuda_state {
     int device, sm_count;
-    cudaStream_t stream;
+    cudaStream_t stream;      /* where ops enqueue now: main, or side inside a branch */
+    cudaStream_t main, side;  /* nb_ops_branch (ops.h): the second queue and its two events */
+    cudaEvent_t ev_fork, ev_join;
+    int branch;               /* 0 none, 1 ops go to side, 2 side running, ops back on main */
     nb_cuda_gemm *gemm;
     void *scratch[NB_CUDA_SCRATCH_SLOTS];
     size_t scratch_size[NB_CUDA_SCRATCH_SLOTS];

@@ -26,8 +26,22 @@ extern "C" nb_status nb_cuda_ctx_init(nb_ops_ctx *ctx, int device)
         free(s);
         return nb_error(NB_ERR_CUDA, "cuda: cudaStreamCreate failed");
     }
+    if (cudaStreamCreateWithFlags(&s->side, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaEventCreateWithFlags(&s->ev_fork, cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&s->ev_join, cudaEventDisableTiming) != cudaSuccess) {
+        cudaGetLastError();
+        if (s->ev_fork) cudaEventDestroy(s->ev_fork);
+        if (s->side) cudaStreamDestroy(s->side);
+        cudaStreamDestroy(s->stream);
+        free(s);
+        return nb_error(NB_ERR_CUDA, "cuda: side stream or its events");
+    }
+    s->main = s->stream;
     nb_status st = nb_cuda_gemm_create(&s->gemm, NB_CUDA_LT_WORKSPACE);
     if (st != NB_OK) {
+        cudaEventDestroy(s->ev_fork);
+        cudaEventDestroy(s->ev_join);
+        cudaStreamDestroy(s->side);
         cudaStreamDestroy(s->stream);
         free(s);
         return st;
@@ -41,7 +55,8 @@ extern "C" void nb_cuda_ctx_release(nb_ops_ctx *ctx)
 {
     nb_cuda_state *s = nb_cuda_st(ctx);
     if (!s) return;
-    cudaStreamSynchronize(s->stream);
+    cudaStreamSynchronize(s->side);
+    cudaStreamSynchronize(s->main);
     nb_cuda_moe_release_all(ctx);
     nb_cuda_mla_release(ctx);
     for (int i = 0; i < 2; i++)
@@ -51,7 +66,10 @@ extern "C" void nb_cuda_ctx_release(nb_ops_ctx *ctx)
         }
     for (int i = 0; i < NB_CUDA_SCRATCH_SLOTS; i++) cudaFree(s->scratch[i]);
     nb_cuda_gemm_destroy(s->gemm);
-    cudaStreamDestroy(s->stream);
+    cudaEventDestroy(s->ev_fork);
+    cudaEventDestroy(s->ev_join);
+    cudaStreamDestroy(s->side);
+    cudaStreamDestroy(s->main);
     free(s);
     ctx->cuda = NULL;
     ctx->stream = NULL;
@@ -61,6 +79,7 @@ extern "C" void *nb_cuda_scratch(nb_ops_ctx *ctx, int slot, size_t bytes)
 {
     nb_cuda_state *s = nb_cuda_st(ctx);
     if (bytes == 0) bytes = 1;
+    if (s->branch == 1 && slot < 4) slot += NB_CUDA_SIDE_SLOT0; // the side's own op scratch
     if (s->scratch_size[slot] < bytes) {
         // A graph being captured would keep the old pointer and the wait below would end the
         // capture: refuse, so the caller runs the step eagerly (which grows the slot) first.
@@ -88,10 +107,63 @@ extern "C" void *nb_cuda_scratch(nb_ops_ctx *ctx, int slot, size_t bytes)
     return s->scratch[slot];
 }
 
-extern "C" void nb_cuda_scratch_ptrs(nb_ops_ctx *ctx, void *out[8])
+extern "C" void nb_cuda_scratch_ptrs(nb_ops_ctx *ctx, void *out[NB_CUDA_SCRATCH_PTRS])
 {
     nb_cuda_state *s = nb_cuda_st(ctx);
-    for (int i = 0; i < 8; i++) out[i] = i < NB_CUDA_SCRATCH_SLOTS ? s->scratch[i] : NULL;
+    for (int i = 0; i < NB_CUDA_SCRATCH_PTRS; i++) out[i] = i < NB_CUDA_SCRATCH_SLOTS ? s->scratch[i] : NULL;
+}
+
+// ---- branches (ops.h nb_ops_branch) ----------------------------------------------------------
+// Events order the side stream after the main stream's work so far (fork) and the main stream
+// after the side's (join); under a graph capture the same calls make the side stream part of
+// the capture and merge it back. While ops go to the side, nb_cuda_scratch hands out slots
+// 8-11 for the ops' slots 0-3, so the two queues never share an op's scratch.
+
+static int g_branch_env = -1;
+
+extern "C" int nb_cuda_can_branch(nb_ops_ctx *ctx)
+{
+    (void)ctx;
+    if (g_branch_env < 0) {
+        const char *e = getenv("NIBBLE_CUDA_BRANCH");
+        g_branch_env = !(e && !strcmp(e, "0"));
+    }
+    return g_branch_env;
+}
+
+extern "C" int nb_cuda_st_branch(nb_ops_ctx *ctx) { return nb_cuda_st(ctx)->branch; }
+
+extern "C" nb_status nb_cuda_branch(nb_ops_ctx *ctx)
+{
+    nb_cuda_state *s = nb_cuda_st(ctx);
+    if (s->branch) return nb_error(NB_ERR_INTERNAL, "cuda: a branch inside a branch");
+    NB_CUDA_TRY(cudaEventRecord(s->ev_fork, s->main));
+    NB_CUDA_TRY(cudaStreamWaitEvent(s->side, s->ev_fork, 0));
+    s->branch = 1;
+    s->stream = s->side;
+    ctx->stream = s->side;
+    return NB_OK;
+}
+
+extern "C" nb_status nb_cuda_branch_main(nb_ops_ctx *ctx)
+{
+    nb_cuda_state *s = nb_cuda_st(ctx);
+    if (s->branch != 1) return nb_error(NB_ERR_INTERNAL, "cuda: back to the main queue outside a branch");
+    s->branch = 2;
+    s->stream = s->main;
+    ctx->stream = s->main;
+    return NB_OK;
+}
+
+extern "C" nb_status nb_cuda_join(nb_ops_ctx *ctx)
+{
+    nb_cuda_state *s = nb_cuda_st(ctx);
+    if (s->branch == 1) NB_TRY(nb_cuda_branch_main(ctx));
+    if (s->branch != 2) return nb_error(NB_ERR_INTERNAL, "cuda: join outside a branch");
+    s->branch = 0;
+    NB_CUDA_TRY(cudaEventRecord(s->ev_join, s->side));
+    NB_CUDA_TRY(cudaStreamWaitEvent(s->main, s->ev_join, 0));
+    return NB_OK;
 }
 
 extern "C" void *nb_cuda_mem_alloc(nb_ops_ctx *ctx, size_t bytes)
@@ -174,7 +246,9 @@ extern "C" nb_status nb_cuda_mem_set(nb_ops_ctx *ctx, void *dst, int byte, size_
 
 extern "C" nb_status nb_cuda_sync(nb_ops_ctx *ctx)
 {
-    NB_CUDA_TRY(cudaStreamSynchronize(nb_cuda_stream(ctx)));
+    nb_cuda_state *s = nb_cuda_st(ctx);
+    NB_CUDA_TRY(cudaStreamSynchronize(s->side));
+    NB_CUDA_TRY(cudaStreamSynchronize(s->main));
     return NB_OK;
 }
 

@@ -20,7 +20,8 @@ extern "C" {
 /* Context state: called by nb_ops_ctx_new_cuda / nb_ops_ctx_free (ops.c). */
 nb_status nb_cuda_ctx_init(nb_ops_ctx *ctx, int device);
 void nb_cuda_ctx_release(nb_ops_ctx *ctx);
-/* Device scratch slots 0..7 (same contract as nb_ops_scratch). Growing a slot frees the old
+/* Device scratch slots 0..7 (same contract as nb_ops_scratch; inside a branch's side queue
+ * slots 0..3 are the side's own, 8..11). Growing a slot frees the old
  * buffer, which waits for the device; grow before capturing a CUDA graph. */
 void *nb_cuda_scratch(nb_ops_ctx *ctx, int slot, size_t bytes);
 void *nb_cuda_mem_alloc(nb_ops_ctx *ctx, size_t bytes);
@@ -29,6 +30,12 @@ nb_status nb_cuda_mem_upload(nb_ops_ctx *ctx, void *dst, const void *src, size_t
 nb_status nb_cuda_mem_download(nb_ops_ctx *ctx, void *dst, const void *src, size_t bytes);
 nb_status nb_cuda_mem_set(nb_ops_ctx *ctx, void *dst, int byte, size_t bytes);
 nb_status nb_cuda_sync(nb_ops_ctx *ctx);
+/* nb_ops_branch and friends (ops.h) on the context's side stream (ctx.cu). */
+int nb_cuda_can_branch(nb_ops_ctx *ctx);
+nb_status nb_cuda_branch(nb_ops_ctx *ctx);
+nb_status nb_cuda_branch_main(nb_ops_ctx *ctx);
+nb_status nb_cuda_join(nb_ops_ctx *ctx);
+int nb_cuda_st_branch(nb_ops_ctx *ctx); /* 0 none open, 1 ops on the side, 2 side running */
 
 /* Linear layers with more tokens than this go through cuBLASLt in BF16 (activations rounded
  * to BF16, the weight dequantized to BF16 in scratch when not stored so); fewer run the

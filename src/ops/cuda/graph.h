@@ -33,7 +33,8 @@ int nb_cuda_graph_nodes(const nb_cuda_graph *g);
 /* The current buffer of every scratch slot (NULL where never grown). A graph that captured
  * ops reading scratch stays valid while these pointers do not change (a slot only moves
  * when it grows). */
-void nb_cuda_scratch_ptrs(nb_ops_ctx *ctx, void *out[8]);
+#define NB_CUDA_SCRATCH_PTRS 12 /* ops.h's 8 slots, and the side branch's own 4 */
+void nb_cuda_scratch_ptrs(nb_ops_ctx *ctx, void *out[NB_CUDA_SCRATCH_PTRS]);
 
 /* Pinned host staging for per-step copies that must not wait: the host writes it after
  * nb_cuda_staging_wait; nb_cuda_staging_copy queues the copy to the device and marks it. */
