@@ -8,7 +8,9 @@
 #   run: bash scripts/device-moe-pc.sh   carry: build-W4/standalone
 # TESTS lists test_cuda_moe cases run before the bench, TESTS_AFTER those after it (the other
 # kernels' regression checks, cut first if time runs out); VARIANTS the bench variants
-# (space-separated, each NAME=VALUE[,NAME=VALUE]); TOKENS the token points.
+# (space-separated, each NAME=VALUE[,NAME=VALUE]); TOKENS the token points. With OFFLINE_BIN
+# (a full `nibble`, needs .devlibs-cuda carried too) and when the bench's second variant beat
+# its first at 1000 tokens: bench-offline at 1000 requests under both (decode step p50).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/moe-pc-out}
@@ -37,6 +39,23 @@ stamp "bench"
 NIBBLE_BENCH_MOE_VARIANTS="$VARIANTS" timeout ${BENCH_TIMEOUT:-45} $L "$B/nibble" bench-moe --tokens "$TOKENS" \
   --iters "$ITERS" --json "$OUT/bench.json" >"$OUT/bench.log" 2>&1 || rc=1
 cat "$OUT/bench.log"
+if [ -n "${OFFLINE_BIN:-}" ]; then
+  a=${VARIANTS%% *}; rest=${VARIANTS#* }; b=${rest%% *}
+  win=$(awk -v a="$a" -v b="$b" '$1 == 1000 && $NF == a {ta = $3} $1 == 1000 && $NF == b {tb = $3}
+        END {print (ta > 0 && tb > 0 && tb < ta) ? 1 : 0}' "$OUT/bench.log")
+  if [ "$win" = 1 ]; then
+    for v in "$a" "$b"; do
+      stamp "offline $v"
+      echo "== offline $v" >>"$OUT/offline.log"
+      env LD_LIBRARY_PATH=$PWD/.devlibs-cuda ${v//,/ } timeout ${OFFLINE_TIMEOUT:-30} "$OFFLINE_BIN" bench-offline \
+        --backend cuda --model "${MODEL:-synthetic:glm5:num_hidden_layers=8,experts=nvfp4}" --num-prompts 1000 \
+        --input-len ${INPUT_LEN:-64} --output-len ${OUTPUT_LEN:-16} --max-running-requests 1000 >>"$OUT/offline.log" 2>&1 || rc=1
+      grep -E "^== |prompts|Decode-only step time|Decode step time / floor" "$OUT/offline.log" | tail -4
+    done
+  else
+    echo "offline skipped: $b did not beat $a at 1000 tokens"
+  fi
+fi
 tests $TESTS_AFTER
 stamp "end rc=$rc"
 exit $rc

@@ -327,11 +327,13 @@ static void test_moe_wgmma_variants(void)
 }
 
 /* The producer/consumer wgmma kernel (ops/cuda/moe_wgpc.cu, NIBBLE_MOE_WG=pc) at each compiled
- * tile width / remainder width, and at the ladder's own width (N unset): the edge cases of
- * moe_small, GLM-5 shapes (sampled tokens), and 16384 tokens x top-8 at one width. */
+ * tile width / remainder width, and at the ladder's own width (N unset), with the producer's
+ * cp.async loads and (bulk "1") its cp.async.bulk variant: the edge cases of moe_small, GLM-5
+ * shapes (sampled tokens), and 16384 tokens x top-8 at the ladder's width. */
 static const struct {
-    const char *n, *ns;
-} pc_cfgs[] = {{"", ""}, {"16", "0"}, {"32", "16"}, {"32", "0"}, {"48", "0"}, {"48", "32"}};
+    const char *n, *ns, *bulk;
+} pc_cfgs[] = {{"", "", ""},     {"16", "0", ""},  {"32", "16", ""}, {"32", "0", ""},
+               {"48", "0", ""},  {"48", "32", ""}, {"16", "0", "1"}, {"32", "16", "1"}};
 
 static void test_moe_wgpc(void)
 {
@@ -344,7 +346,9 @@ static void test_moe_wgpc(void)
     for (size_t c = 0; c < NB_ARRAY_LEN(pc_cfgs); c++) {
         setenv("NIBBLE_MOE_WG_N", pc_cfgs[c].n, 1);
         setenv("NIBBLE_MOE_WG_NS", pc_cfgs[c].ns, 1);
-        fprintf(stderr, "  producer/consumer variant: N %s NS %s\n", pc_cfgs[c].n, pc_cfgs[c].ns);
+        setenv("NIBBLE_MOE_WG_PC_BULK", pc_cfgs[c].bulk, 1);
+        fprintf(stderr, "  producer/consumer variant: N %s NS %s bulk %s\n", pc_cfgs[c].n, pc_cfgs[c].ns,
+                pc_cfgs[c].bulk);
         moe_case(&x, 1, 4, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 1 << 30);
         moe_case(&x, 5, 4, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 1 << 30);   /* fills no tile */
         moe_case(&x, 3, 2, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 1 << 30);   /* most experts empty */
@@ -357,7 +361,7 @@ static void test_moe_wgpc(void)
         moe_case(&big, 3, 3, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 1 << 30); /* GLM-5 shapes */
         moe_case(&big, 124, 1, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 3);     /* ~31 per expert */
     }
-    unsetenv("NIBBLE_MOE_WG_N"), unsetenv("NIBBLE_MOE_WG_NS");
+    unsetenv("NIBBLE_MOE_WG_N"), unsetenv("NIBBLE_MOE_WG_NS"), unsetenv("NIBBLE_MOE_WG_PC_BULK");
     moe_case(&x, 16384, 8, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 48);
     moe_case(&x, 2000, 8, ROUTE_ONE_HOT, NB_MOE_KERNEL_WGMMA, 0, 40);
     unsetenv("NIBBLE_MOE_WG");

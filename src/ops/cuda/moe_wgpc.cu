@@ -45,7 +45,7 @@
 #endif
 
 #define PC_CW 16                      // consumer warps (four warpgroups)
-#define PC_THREADS ((PC_CW + 4) * 32)  // + the producer warpgroup (one warp of it works)
+#define PC_THREADS ((PC_CW + 4) * 32)  // + the producer warpgroup
 #define PC_REG_CONSUMER 112            // setmaxnreg: 96 at launch (640 threads), producer down to 32
 #define PC_REG_PRODUCER 32
 #define PC_STAGES 4
@@ -53,7 +53,8 @@
 #define PC_SCALES_OFF(n) ((n) * 256 + PC_CW * 2048)  // after 16 warps x 2 row tiles x 2 k-tiles x 512 B
 #define PC_STAGE_BYTES(n) ((n) * 256 + PC_CW * 2560)
 #define PC_TX_BYTES (PC_CW * 2560)                 // bulk bytes per stage (codes + scales)
-#define PC_FULL_ARRIVALS 33                        // 32 cp.async noinc arrivals + lane 0's expect_tx
+#define PC_PRODUCERS 128                           // the producer warpgroup's threads
+#define PC_FULL_ARRIVALS (PC_PRODUCERS + 1)        // their cp.async noinc arrivals + thread 0's (expect_tx)
 #define PC_ZERO 16384                              // floats of out per zeroing item
 #define PC_PERM 512                                // 64-wide k-tiles of x per permuting item
 #define PC_MSG_PRE 2                               // meta kind: a zeroing / permuting item
@@ -129,33 +130,39 @@ __device__ __forceinline__ pc_plan pc_make_plan(const moe_params &p)
 
 // ---- producer ------------------------------------------------------------------------------
 
-// Waits for stage st of ring slot cnt to be free, publishes its metadata and the bytes the
-// bulk copies will bring (lane 0), then the warp fills it; the caller ends with every lane's
-// pc_cp_async_arrive.
+__device__ __forceinline__ void pc_producer_sync() { asm volatile("bar.sync 2, %0;" ::"n"(PC_PRODUCERS) : "memory"); }
+
+// Waits (every producer thread) for ring slot cnt's stage to be free; thread 0 publishes the
+// stage's metadata with its arrive (release), announcing the bytes the bulk copies will bring.
+// Every producer thread then fills its part and ends with pc_cp_async_arrive.
 __device__ __forceinline__ void pc_stage_open(uint64_t *full, uint64_t *empty, int4 (*meta)[2], uint32_t cnt, int4 m0,
                                               int4 m1, uint32_t tx)
 {
     const int st = cnt % PC_STAGES;
     pc_bar_wait(empty + st, ((cnt / PC_STAGES) & 1) ^ 1);
-    if ((threadIdx.x & 31) == 0) {
+    if (threadIdx.x == PC_CW * 32) {
         meta[st][0] = m0, meta[st][1] = m1;
         pc_bar_arrive_tx(full + st, tx);
     }
-    __syncwarp();
+    __syncwarp();  // warp 0's bulk copies complete_tx only after thread 0's expect_tx
 }
 
-template <int NW, int NS>
+// The producer warpgroup (PC_PRODUCERS threads, pt = its thread index). BULK: warp 0 brings
+// every consumer warp's codes (1 KB per row tile) and scales (256 B) with one cp.async.bulk
+// per lane and row tile (64 per stage); else all 128 threads bring them with 16-byte
+// cp.async, 20 per thread per stage. Token rows: 16-byte cp.async by all 128 threads.
+template <int NW, int NS, bool BULK>
 __device__ __forceinline__ void pc_producer(const moe_params &p, char *ring, uint64_t *full, uint64_t *empty,
-                                            int4 (*meta)[2], long long *s_row)
+                                            int4 (*meta)[2], long long *s_row, int *s_item)
 {
-    const int l = threadIdx.x & 31;
+    const int pt = threadIdx.x - PC_CW * 32;
     const pc_plan q = pc_make_plan(p);
     const uint32_t ring_s = pc_saddr(ring);
     uint32_t cnt = 0;
-    for (;;) {
-        int item = 0;
-        if (l == 0) item = atomicAdd(p.work, 1);
-        item = __shfl_sync(0xffffffffu, item, 0);
+    for (int it = 0;; it ^= 1) {
+        if (pt == 0) s_item[it] = atomicAdd(p.work, 1);
+        pc_producer_sync();  // (also: every thread is done with the previous item's s_row)
+        const int item = s_item[it];
         if (item >= q.total) break;
         if (item < q.n_pre) {  // the consumers do it
             pc_stage_open(full, empty, meta, cnt, make_int4(PC_MSG_PRE, item, 0, 0), make_int4(0, 0, 0, 0), 0);
@@ -170,44 +177,70 @@ __device__ __forceinline__ void pc_producer(const moe_params &p, char *ring, uin
         const int local = ii - ti0 * per, rb = local / nt, ti = ti0 + local % nt;
         const int4 tl = p.tiles[ti];
         const int wide = !(NS > 0 && tl.z <= NS), nw = wide ? NW : (NS > 0 ? NS : NW);
-        __syncwarp();  // the previous item's s_row reads are done
-        for (int r = l; r < NW; r += 32) {
-            const int pos = tl.y + r;
-            s_row[r] = r >= tl.z ? -1
-                       : dn      ? (long long)pos * p.inter
-                                 : (long long)(p.sorted[pos] / p.topk) * p.hidden;
+        if (pt < NW) {
+            const int pos = tl.y + pt;
+            s_row[pt] = pt >= tl.z ? -1
+                        : dn       ? (long long)pos * p.inter
+                                   : (long long)(p.sorted[pos] / p.topk) * p.hidden;
         }
-        if (l == 0) {
+        if (pt == 0) {
             if (dn)
                 while (ld_acquire(p.done + ti) < q.rb_gu) __nanosleep(64);
             while (ld_acquire(p.work + 1) < q.n_pre) __nanosleep(64);
         }
-        __syncwarp();
-        // Lane l brings consumer warp l / 2's row tile (l & 1: gate/up or the second down tile).
-        const int e = tl.x, pair = rb * PC_CW + (l >> 1), half = l & 1;
-        const int n = dn ? p.hidden : 2 * p.inter, K = dn ? p.inter : p.hidden;
-        const int rt = dn ? 2 * pair + half : pair + (half ? p.inter / 16 : 0);
-        const uint8_t *wsrc = (dn ? p.w2 : p.w13) + (size_t)e * ((size_t)n * K / 2) + (size_t)rt * (K / 64) * 512;
-        const uint8_t *ssrc = (dn ? p.s2 : p.s13) + (size_t)e * ((size_t)n * K / 16) + (size_t)rt * (K / 256) * 256;
-        const uint16_t *tok = dn ? p.act : p.xp;
+        pc_producer_sync();
+        const int e = tl.x, n = dn ? p.hidden : 2 * p.inter, K = dn ? p.inter : p.hidden;
+        const uint8_t *wexp = (dn ? p.w2 : p.w13) + (size_t)e * ((size_t)n * K / 2);
+        const uint8_t *sexp = (dn ? p.s2 : p.s13) + (size_t)e * ((size_t)n * K / 16);
+        // Row tile of consumer warp m, half h (gate/up, or the pair's two down tiles):
+        // rt0(h) + m * rt_step.
+        const int pair0 = rb * PC_CW, rt_step = dn ? 2 : 1;
+        const size_t wrt = (size_t)(K / 64) * 512, srt = (size_t)(K / 256) * 256;  // bytes per row tile
+        // cp.async path: thread pt moves, for every consumer warp m, the 16 bytes at (pt & 63) * 16
+        // of row tile half pt >> 6's codes, and for warps 4 j + (pt >> 5) the scale bytes at
+        // (pt & 15) * 16 of half (pt >> 4) & 1.
+        const int hc = pt >> 6, hs = (pt >> 4) & 1;
+        const int rtc = dn ? 2 * pair0 + hc : pair0 + (hc ? p.inter / 16 : 0);
+        const int rts = dn ? 2 * (pair0 + (pt >> 5)) + hs : pair0 + (pt >> 5) + (hs ? p.inter / 16 : 0);
+        const uint8_t *wsrc = wexp + (size_t)rtc * wrt + (pt & 63) * 16;
+        const uint8_t *ssrc = sexp + (size_t)rts * srt + (pt & 15) * 16;
+        // Bulk path: lane l of warp 0 brings consumer warp l / 2's half l & 1.
+        const int lb = pt & 31, hb = lb & 1, mb = lb >> 1;
+        const int rtb = dn ? 2 * (pair0 + mb) + hb : pair0 + mb + (hb ? p.inter / 16 : 0);
+        const uint8_t *wbulk = wexp + (size_t)rtb * wrt, *sbulk = sexp + (size_t)rtb * srt;
+        // Token chunks pt + 128 j: row (pt >> 4) + 8 j, k-tile (pt >> 3) & 1, 16-byte chunk pt & 7,
+        // stored at chunk (pt & 7) ^ (row % 8) of the row's 128 bytes in the 128-byte swizzle.
+        const int tr = pt >> 4, th = (pt >> 3) & 1, tch = pt & 7;
+        const int tdst = th * (NW * 128) + tr * 128 + ((tch ^ tr) << 4);
+        const uint16_t *tok = (dn ? p.act : p.xp) + th * 64 + tch * 8;
         const int slices = K / 128;
         const int4 m0 = make_int4(dn, e, tl.y, tl.z), m1 = make_int4(rb, ti, wide, 0);
         for (int sl = 0; sl < slices; sl++, cnt++) {
             const int st = cnt % PC_STAGES;
-            pc_stage_open(full, empty, meta, cnt, m0, m1, PC_TX_BYTES);
-            const uint32_t sb = ring_s + (uint32_t)(st * PC_STAGE_BYTES(NW));
-            pc_bulk(sb + PC_CODES_OFF(NW) + (l >> 1) * 2048 + half * 1024, wsrc + (size_t)sl * 1024, 1024, full + st);
-            pc_bulk(sb + PC_SCALES_OFF(NW) + (l >> 1) * 512 + half * 256, ssrc + (size_t)(sl >> 1) * 256, 256, full + st);
-            // Token k-tile h of the slice, row r, 16-byte chunk c at chunk c ^ (r % 8) of the
-            // row's 128 bytes. Rows past the tile are left as they are: they only feed
-            // accumulator columns the epilogue never writes.
+            pc_stage_open(full, empty, meta, cnt, m0, m1, BULK ? PC_TX_BYTES : 0);
             char *stg = ring + st * PC_STAGE_BYTES(NW);
-            for (int c = l; c < nw * 16; c += 32) {
-                const int r = c >> 4, h = (c >> 3) & 1, ch = c & 7;
-                const long long off = s_row[r];
-                if (off >= 0)
-                    cp_async16(stg + h * (NW * 128) + (r >> 3) * 1024 + (r & 7) * 128 + ((ch ^ (r & 7)) << 4),
-                               tok + off + (2 * sl + h) * 64 + ch * 8, true);
+            if (BULK) {
+                if (pt < 32) {
+                    const uint32_t sb = ring_s + (uint32_t)(st * PC_STAGE_BYTES(NW));
+                    pc_bulk(sb + PC_CODES_OFF(NW) + mb * 2048 + hb * 1024, wbulk + (size_t)sl * 1024, 1024, full + st);
+                    pc_bulk(sb + PC_SCALES_OFF(NW) + mb * 512 + hb * 256, sbulk + (size_t)(sl >> 1) * 256, 256,
+                            full + st);
+                }
+            } else {
+#pragma unroll
+                for (int m = 0; m < PC_CW; m++)
+                    cp_async16(stg + PC_CODES_OFF(NW) + m * 2048 + pt * 16,
+                               wsrc + (size_t)m * rt_step * wrt + (size_t)sl * 1024, true);
+#pragma unroll
+                for (int j = 0; j < PC_CW / 4; j++)
+                    cp_async16(stg + PC_SCALES_OFF(NW) + j * 2048 + pt * 16,
+                               ssrc + (size_t)(4 * j) * rt_step * srt + (size_t)(sl >> 1) * 256, true);
+            }
+            // Rows past the tile are left as they are: they only feed accumulator columns
+            // the epilogue never writes.
+            for (int j = 0; j < nw / 8; j++) {
+                const long long off = s_row[tr + 8 * j];
+                if (off >= 0) cp_async16(stg + tdst + j * 1024, tok + off + sl * 128, true);
             }
             pc_cp_async_arrive(full + st);
         }
@@ -386,13 +419,14 @@ __device__ __forceinline__ void pc_consumer(const moe_params &p, char *ring, uin
 // deadlock: items are taken in order, a producer waits only for free stages of its own ring
 // (which its consumers free without waiting on anything but already-issued stages) and for
 // items taken before its current one, whose producers have moved all their stages in.
-template <int NW, int NS>
+template <int NW, int NS, bool BULK>
 __global__ void __launch_bounds__(PC_THREADS, 1) moe_pc_kernel(moe_params p)
 {
     extern __shared__ uint4 moe_pc_smem[];
     __shared__ __align__(8) uint64_t s_full[PC_STAGES], s_empty[PC_STAGES];
     __shared__ int4 s_meta[PC_STAGES][2];
     __shared__ long long s_row[NW];
+    __shared__ int s_item[2];
     char *ring = (char *)moe_pc_smem;
     ring += (1024 - (pc_saddr(ring) & 1023)) & 1023;  // swizzle atoms 1024-aligned
     if (threadIdx.x == 0) {
@@ -405,7 +439,7 @@ __global__ void __launch_bounds__(PC_THREADS, 1) moe_pc_kernel(moe_params p)
     // producer warp gives 64 x 32, four consumer warps take 16 x 32 each).
     if (threadIdx.x >= PC_CW * 32) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(PC_REG_PRODUCER));
-        if (threadIdx.x < PC_CW * 32 + 32) pc_producer<NW, NS>(p, ring, s_full, s_empty, s_meta, s_row);
+        pc_producer<NW, NS, BULK>(p, ring, s_full, s_empty, s_meta, s_row, s_item);
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(PC_REG_CONSUMER));
         pc_consumer<NW, NS>(p, ring, s_full, s_empty, s_meta);
@@ -416,7 +450,7 @@ __global__ void __launch_bounds__(PC_THREADS, 1) moe_pc_kernel(moe_params p)
 
 static size_t pc_dyn_smem(int nw) { return (size_t)PC_STAGES * PC_STAGE_BYTES(nw) + 1024u; }
 
-template <int NW, int NS>
+template <int NW, int NS, bool BULK>
 static nb_status pc_launch_t(const moe_params &p, int sms, cudaStream_t st)
 {
     static int per_sm = 0, optin = 0;
@@ -426,15 +460,15 @@ static nb_status pc_launch_t(const moe_params &p, int sms, cudaStream_t st)
         NB_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     }
     const size_t dyn = pc_dyn_smem(NW);
-    const size_t smem = dyn + 2 * PC_STAGES * 8 + PC_STAGES * 32 + 8 * NW;
+    const size_t smem = dyn + 2 * PC_STAGES * 8 + PC_STAGES * 32 + 8 * NW + 8;
     if (smem > (size_t)optin)
         return nb_error(NB_ERR_UNSUPPORTED,
                         "moe: producer/consumer wgmma kernel with %d-token tiles needs %zu bytes of shared memory, "
                         "the device allows %d per block",
                         NW, smem, optin);
     if (!per_sm) {
-        NB_CUDA_TRY(cudaFuncSetAttribute(moe_pc_kernel<NW, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn));
-        NB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_pc_kernel<NW, NS>, PC_THREADS, dyn));
+        NB_CUDA_TRY(cudaFuncSetAttribute(moe_pc_kernel<NW, NS, BULK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn));
+        NB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_pc_kernel<NW, NS, BULK>, PC_THREADS, dyn));
         if (per_sm < 1) return nb_error(NB_ERR_CUDA, "moe: producer/consumer wgmma kernel<%d> cannot be resident", NW);
     }
     cudaLaunchConfig_t cfg = {};
@@ -447,7 +481,7 @@ static nb_status pc_launch_t(const moe_params &p, int sms, cudaStream_t st)
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = 1;
-    NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, moe_pc_kernel<NW, NS>, p));
+    NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, moe_pc_kernel<NW, NS, BULK>, p));
     return NB_OK;
 }
 
@@ -465,13 +499,17 @@ nb_status moe_launch_wgpc(const moe_params &p, int nw, int sms, cudaStream_t st)
     // (ptxas serializes its wgmmas, C7512); NIBBLE_MOE_WG_NS=32 still builds it for A/B.
     const char *v = getenv("NIBBLE_MOE_WG_NS");
     const int ns = v && *v ? atoi(v) : nw == 32 ? 16 : 0;
-    if (nw == 16 && ns == 0) return pc_launch_t<16, 0>(p, sms, st);
-    if (nw == 32 && ns == 16) return pc_launch_t<32, 16>(p, sms, st);
-    if (nw == 32 && ns == 0) return pc_launch_t<32, 0>(p, sms, st);
-    if (nw == 48 && ns == 32) return pc_launch_t<48, 32>(p, sms, st);
-    if (nw == 48 && ns == 0) return pc_launch_t<48, 0>(p, sms, st);
+    // NIBBLE_MOE_WG_PC_BULK=1: codes and scales by cp.async.bulk from one warp (64 copies of
+    // 1 KB / 256 B per stage) instead of cp.async from the whole producer warpgroup.
+    const char *b = getenv("NIBBLE_MOE_WG_PC_BULK");
+    const int bulk = b && !strcmp(b, "1");
+    if (nw == 16 && ns == 0) return bulk ? pc_launch_t<16, 0, true>(p, sms, st) : pc_launch_t<16, 0, false>(p, sms, st);
+    if (nw == 32 && ns == 16) return bulk ? pc_launch_t<32, 16, true>(p, sms, st) : pc_launch_t<32, 16, false>(p, sms, st);
+    if (nw == 48 && ns == 0) return bulk ? pc_launch_t<48, 0, true>(p, sms, st) : pc_launch_t<48, 0, false>(p, sms, st);
+    if (!bulk && nw == 32 && ns == 0) return pc_launch_t<32, 0, false>(p, sms, st);
+    if (!bulk && nw == 48 && ns == 32) return pc_launch_t<48, 32, false>(p, sms, st);
     return nb_error(NB_ERR_INVALID_ARG,
-                    "moe: no producer/consumer wgmma kernel built for %d-token tiles with remainder width %d "
-                    "(16/0, 32/16, 32/0, 48/32, 48/0)",
-                    nw, ns);
+                    "moe: no producer/consumer wgmma kernel built for %d-token tiles with remainder width %d%s "
+                    "(16/0, 32/16, 32/0, 48/0, 48/32; bulk: 16/0, 32/16, 48/0)",
+                    nw, ns, bulk ? " and bulk copies" : "");
 }
