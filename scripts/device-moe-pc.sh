@@ -40,6 +40,9 @@ NIBBLE_BENCH_MOE_VARIANTS="$VARIANTS" timeout ${BENCH_TIMEOUT:-45} $L "$B/nibble
   --iters "$ITERS" --json "$OUT/bench.json" >"$OUT/bench.log" 2>&1 || rc=1
 cat "$OUT/bench.log"
 if [ -n "${OFFLINE_BIN:-}" ]; then
+  case $OFFLINE_BIN in  # carried xz-compressed (the carry limit)
+    *.xz) xz -dc "$OFFLINE_BIN" >/tmp/nibble-offline && chmod +x /tmp/nibble-offline && OFFLINE_BIN=/tmp/nibble-offline ;;
+  esac
   a=${VARIANTS%% *}; rest=${VARIANTS#* }; b=${rest%% *}
   win=$(awk -v a="$a" -v b="$b" '$1 == 1000 && $NF == a {ta = $3} $1 == 1000 && $NF == b {tb = $3}
         END {print (ta > 0 && tb > 0 && tb < ta) ? 1 : 0}' "$OUT/bench.log")

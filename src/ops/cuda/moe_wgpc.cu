@@ -217,9 +217,11 @@ __device__ __forceinline__ void pc_producer(const moe_params &p, char *ring, uin
         const int4 m0 = make_int4(dn, e, tl.y, tl.z), m1 = make_int4(rb, ti, wide, 0);
         for (int sl = 0; sl < slices; sl++, cnt++) {
             const int st = cnt % PC_STAGES;
-            pc_stage_open(full, empty, meta, cnt, m0, m1, BULK ? PC_TX_BYTES : 0);
+            pc_stage_open(full, empty, meta, cnt, m0, m1, BULK && !(p.pc_lab & 1) ? PC_TX_BYTES : 0);
             char *stg = ring + st * PC_STAGE_BYTES(NW);
-            if (BULK) {
+            if (p.pc_lab & 1) {
+                // lab: consumers multiply whatever the stage holds (timing of the rest only)
+            } else if (BULK) {
                 if (pt < 32) {
                     const uint32_t sb = ring_s + (uint32_t)(st * PC_STAGE_BYTES(NW));
                     pc_bulk(sb + PC_CODES_OFF(NW) + mb * 2048 + hb * 1024, wbulk + (size_t)sl * 1024, 1024, full + st);
@@ -238,7 +240,7 @@ __device__ __forceinline__ void pc_producer(const moe_params &p, char *ring, uin
             }
             // Rows past the tile are left as they are: they only feed accumulator columns
             // the epilogue never writes.
-            for (int j = 0; j < nw / 8; j++) {
+            for (int j = 0; j < nw / 8 && !(p.pc_lab & 2); j++) {
                 const long long off = s_row[tr + 8 * j];
                 if (off >= 0) cp_async16(stg + tdst + j * 1024, tok + off + sl * 128, true);
             }
@@ -487,6 +489,8 @@ static nb_status pc_launch_t(const moe_params &p, int sms, cudaStream_t st)
 
 int moe_wgpc_fits(int hidden, int inter) { return inter % (16 * PC_CW) == 0 && hidden % (32 * PC_CW) == 0; }
 
+static nb_status pc_launch_pick(const moe_params &p, int nw, int ns, int bulk, int sms, cudaStream_t st);
+
 nb_status moe_launch_wgpc(const moe_params &p, int nw, int sms, cudaStream_t st)
 {
     if (!moe_wgpc_fits(p.hidden, p.inter))
@@ -503,6 +507,21 @@ nb_status moe_launch_wgpc(const moe_params &p, int nw, int sms, cudaStream_t st)
     // 1 KB / 256 B per stage) instead of cp.async from the whole producer warpgroup.
     const char *b = getenv("NIBBLE_MOE_WG_PC_BULK");
     const int bulk = b && !strcmp(b, "1");
+    // Lab only (timing, wrong results): NIBBLE_MOE_WG_PC_LAB=1 skips the producer's weight
+    // loads, 2 its token loads, 3 both: what is left is the consumers' own time.
+    const char *lab = getenv("NIBBLE_MOE_WG_PC_LAB");
+    if (lab && *lab) {
+        moe_params q = p;
+        q.pc_lab = atoi(lab) & 3;
+        static int warned = 0;
+        if (!warned++) NB_LOG_WARN("cuda", "moe: NIBBLE_MOE_WG_PC_LAB=%d: producer skips loads, results are wrong", q.pc_lab);
+        return pc_launch_pick(q, nw, ns, bulk, sms, st);
+    }
+    return pc_launch_pick(p, nw, ns, bulk, sms, st);
+}
+
+static nb_status pc_launch_pick(const moe_params &p, int nw, int ns, int bulk, int sms, cudaStream_t st)
+{
     if (nw == 16 && ns == 0) return bulk ? pc_launch_t<16, 0, true>(p, sms, st) : pc_launch_t<16, 0, false>(p, sms, st);
     if (nw == 32 && ns == 16) return bulk ? pc_launch_t<32, 16, true>(p, sms, st) : pc_launch_t<32, 16, false>(p, sms, st);
     if (nw == 48 && ns == 0) return bulk ? pc_launch_t<48, 0, true>(p, sms, st) : pc_launch_t<48, 0, false>(p, sms, st);
