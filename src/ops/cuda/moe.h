@@ -16,6 +16,8 @@
  *           per tile: weights expanded once per tile in registers (wgmma's A operand),
  *           tokens, codes and scales through a cp.async ring in shared memory; an expert's
  *           tiles run side by side so its weights come from HBM about once.
+ *           NIBBLE_MOE_WG=pc runs its producer/consumer variant (moe_wgpc.cu: loads by a
+ *           producer warpgroup through an mbarrier ring; measured no faster, not the default).
  * All run as one persistent kernel per step after a one-block routing kernel (steps of at most
  * 64 slots: the small-step stream kernel routes the ids itself and does not wait for it): blocks of 4
  * warps (8 or 16 for wgmma) take items (tile, row-tile pairs) from a counter, gate_up items first; K is split

@@ -1,32 +1,32 @@
-// The NVFP4 MoE FFN's wgmma kernel with a producer warp (ops/cuda/moe.h; sm_90a, 16-48
-// tokens per tile): moe_wgmma.cu's kernel with the loading taken out of the multiplying warps.
+// The NVFP4 MoE FFN's wgmma kernel with a producer warpgroup (ops/cuda/moe.h; sm_90a, 16-48
+// tokens per tile): moe_wgmma.cu's 16-warp kernel with the loading taken out of the
+// multiplying warps. Selected with NIBBLE_MOE_WG=pc; not the default (below).
 //
 // Block = 16 consumer warps (four warpgroups, one 16-row tile pair each, as the 16-warp
-// kernel of moe_wgmma.cu) + 1 producer warp, one block per SM, a 4-stage ring of 128-wide
-// k-slices in shared memory with a full and an empty mbarrier per stage:
+// kernel of moe_wgmma.cu) + a producer warpgroup, one block per SM (setmaxnreg: producer 32
+// registers, consumers 112), a 4-stage ring of 128-wide k-slices in shared memory with a
+// full and an empty mbarrier per stage:
 //   producer: takes the items from the counter (same order, same dependency rules as
-//     moe_wgmma.cu), waits for a stage's empty barrier, then moves the slice in:
-//     every consumer warp's NVFP4 codes (2 x 1 KB) and scales (2 x 256 B) by
-//     cp.async.bulk (complete_tx on the full barrier), the token rows by cp.async into the
-//     128-byte-swizzled B tile (cp.async.mbarrier.arrive.noinc on the full barrier). It
-//     never waits for the consumers except for a free stage, so it runs up to 4 slices
-//     ahead, across item boundaries (the pipeline does not restart per item).
+//     moe_wgmma.cu), waits for a stage's empty barrier, writes the stage's metadata (item
+//     kind, expert, tile, row block) beside the ring with thread 0's arrive (release), and
+//     moves the slice in: every consumer warp's NVFP4 codes and scales and the token rows
+//     (128-byte-swizzled B tile) by 16-byte cp.async from all 128 threads, completing on the
+//     full barrier (cp.async.mbarrier.arrive.noinc). It waits for the consumers only for a
+//     free stage, so it runs ahead across item boundaries (no pipeline restart per item).
+//     NIBBLE_MOE_WG_PC_BULK=1: codes and scales by per-lane cp.async.bulk from one warp
+//     instead (the first version; 2x slower: SASS serializes the lanes' bulk copies).
 //   consumers: wait for the full barrier, expand the codes into wgmma A fragments in
-//     registers (the repacked layout and expand_codes of the mma kernels) and issue RS wgmma
-//     m64nNk16 (two k-steps in flight), and free the stage (every thread arrives) once the
-//     wgmmas reading it have completed; no __syncthreads in the loop, so the warpgroups drift
-//     apart and one's expansion overlaps another's wgmmas.
+//     registers (the repacked layout and expand_codes of the mma kernels), issue RS wgmma
+//     m64nNk16 (two k-steps in flight), and arrive (every thread) on the stage's empty
+//     barrier once the wgmmas reading it have completed; no __syncthreads in the loop.
 //   Items that are not matrix work (zeroing out, rewriting x in wgmma K order) go through the
-//   ring as message stages (no data) and are done by the 512 consumer threads.
-// Stage metadata (item kind, expert, tile, row block) travels in a small array beside the
-// ring, written by the producer before its arrive (release) and read after the full wait.
-// Why (docs/moe-kernels.md, fourth session): with A from registers the expanded weights never
-// touch shared memory (an SS design writes and reads 4 B of shared memory per weight, about
-// the HBM rate per SM, before any B traffic); the measured cost of the third session's
-// kernel was per-k-step latency, and this takes the cp.async issue, the address work and the
-// block-wide barrier per slice off the multiplying warps.
-// Selected with NIBBLE_MOE_WG=pc (moe_wgmma.cu's moe_launch_wg); tests: tests/cuda_moe/
-// test_moe.c moe_wgpc; timing: nibble bench-moe --kernel wgmma, scripts/device-moe-pc.sh.
+//   ring as data-less message stages and are done by the 512 consumer threads.
+// Measured on an H200 (bench/RESULTS.md, issue 8, fourth session): 0.6-10 % slower than the
+// 16-warp kernel at 256-1024 tokens; with the producer's weight loads switched off
+// (NIBBLE_MOE_WG_PC_LAB=1, timing only) the consumers alone take about as long as the whole
+// 16-warp kernel, so the multiplying warps, not the loads, are the limit.
+// Tests: tests/cuda_moe/test_moe.c moe_wgpc; timing: scripts/device-moe-pc.sh (bench-moe with
+// NIBBLE_BENCH_MOE_VARIANTS="NIBBLE_MOE_WG=rs NIBBLE_MOE_WG=pc").
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
