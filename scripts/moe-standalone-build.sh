@@ -3,6 +3,9 @@
 # bench-gemm, plan-tiles, version) straight with nvcc/gcc, without CMake and without the
 # rest of the tree: for the GPU machine when the full tree does not build, and as a
 # dependency-free binary (only the CUDA toolkit's libcublasLt).
+# moe_router.cu reads the PDL switches of elementwise.cu, whose other functions need the rest
+# of the CUDA backend: objects are built with -ffunction-sections and linked with
+# --gc-sections, so only what the MoE code reaches is kept.
 #   scripts/moe-standalone-build.sh [OUTDIR]     (default build-moe/standalone)
 set -euo pipefail
 cd "$(dirname "$0")/.."
