@@ -1,5 +1,8 @@
-/* The MLA decode kernel (mla.h NB_CUDA_MLA_DEC, src/ops/cuda/mla_decode.cu) against the CPU op,
- * and its timing against the 32-head tensor-core kernel (NB_CUDA_MLA_MMA) on the same inputs.
+/* The MLA decode kernels (mla.h NB_CUDA_MLA_DEC, src/ops/cuda/mla_decode.cu; NB_CUDA_MLA_WG,
+ * mla_wg.cu) against the CPU op, and their timing against the 32-head tensor-core kernel
+ * (NB_CUDA_MLA_MMA) on the same inputs. `test_cuda_mla_decode wg`: the wg kernel's cases only
+ * (its 4-byte-row cases run dec inside the op); every run also checks the one-BF16-term path
+ * (mla.h NIBBLE_CUDA_MLA_TERMS=1) on GLM-5's shapes.
  *   test_cuda_mla_decode                  correctness: 64, 80, 16 and 4 heads (the fixtures'
  *       tiny shapes), causal and sparse (with an empty selection), decode batches
  *       (KV splits merged) and 141-token batches (no splits), F32 and BF16 hi/lo outputs,
@@ -7,9 +10,10 @@
  *       kernel on the GPU (a batch too large for the CPU op to be quick).
  *   test_cuda_mla_decode time CTX B1,B2,..  GLM-5's attention shapes, BF16 kv_b registered, one
  *       decode token per sequence at context CTX: the op captured once as a CUDA graph and
- *       replayed (device time of a decode step's MLA op), for the mma kernel and the dec kernel
- *       with each row copy (bulk-copy engine, cp.async), and the two absorption GEMMs alone;
- *       dec's outputs checked against mma's first.
+ *       replayed (device time of a decode step's MLA op), for the mma, dec (bulk copies) and
+ *       wg kernels, with two and one BF16 activation terms, and the two absorption GEMMs
+ *       alone; then each step of the op alone (nb_cuda_mla_force_gemm_steps) for dec and wg;
+ *       wg's outputs checked against mma's first.
  * GPU only (exit 77 without one). */
 #include <cuda_runtime.h>
 #include <string.h>
@@ -37,10 +41,15 @@ static void dec_sel(const tu_index *ix, int stride, int32_t *sp, int32_t *sc)
     if (ix->T > 2) sc[0] = 0;
 }
 
-/* One op call on both backends with the decode kernel forced. batch 0: three single-token
+static const char *kname(int k)
+{
+    return k == NB_CUDA_MLA_WG ? "wg" : k == NB_CUDA_MLA_DEC ? "dec" : k == NB_CUDA_MLA_MMA ? "mma" : "f32";
+}
+
+/* One op call on both backends with kernel kern (dec or wg) forced. batch 0: three single-token
  * sequences at positions 0, 37, 300 (splits); 1: 141 tokens of three sequences (no splits on
  * 132 SMs for 64 heads). fmt: BF16 (hi/lo output) or F32 (F32 output) kv_b. */
-static void dec_case(nb_mla_dims d, int batch, int sparse, nb_wfmt fmt, int aligned)
+static void dec_case(nb_mla_dims d, int batch, int sparse, nb_wfmt fmt, int aligned, int kern)
 {
     const int rows = 1000, rw = d.kv_lora_rank + d.qk_rope + (aligned ? 8 : 7), qk = d.qk_nope + d.qk_rope;
     int n_new[2][3] = {{1, 1, 1}, {100, 40, 1}}, n_past[2][3] = {{0, 37, 300}, {0, 60, 700}};
@@ -72,21 +81,24 @@ static void dec_case(nb_mla_dims d, int batch, int sparse, nb_wfmt fmt, int alig
         ds = (nb_attn_select){tu_up(sp, (size_t)T * stride * 4), tu_up(sc, (size_t)T * 4), stride};
     }
     NB_CHECK_OK(nb_cuda_mla_register(tu_gpu, &kvb.d, &d));
-    nb_cuda_mla_force_kernel(NB_CUDA_MLA_DEC);
+    nb_cuda_mla_force_kernel(kern);
     const int k = nb_cuda_mla_kernel(tu_gpu, &d, T);
-    NB_CHECK(k == NB_CUDA_MLA_DEC);
+    /* wg takes rank 512 / rope 64 only (else dec); 4-byte rows then run dec inside the op */
+    const int wg_shape = d.kv_lora_rank == 512 && d.qk_rope == 64;
+    NB_CHECK(k == (kern == NB_CUDA_MLA_WG && !wg_shape ? NB_CUDA_MLA_DEC : kern));
     NB_CHECK_OK(nb_op_mla_attention(tu_cpu, NB_MLA_ABSORBED, &d, &hq, &hl, &hp, &kvb.h, &ix.h, sparse ? &hs : NULL,
                                     0.07f, &ho));
     /* both ways of copying the rows (4-byte rows always take cp.async) */
-    for (int bulk = 1; bulk >= 0; bulk--) {
+    for (int bulk = 1; bulk >= (kern == NB_CUDA_MLA_WG ? 1 : 0); bulk--) {
         nb_cuda_mla_dec_force_copy(bulk);
         NB_CHECK_OK(nb_ops_memset(tu_gpu, dout.data, 0xff, on * 4));
         NB_CHECK_OK(nb_op_mla_attention(tu_gpu, NB_MLA_ABSORBED, &d, &dq, &dl, &dp, &kvb.d, &ix.d, sparse ? &ds : NULL,
                                         0.07f, &dout));
         tu_down(&dout, ob);
         char name[160];
-        snprintf(name, sizeof name, "mla dec%s%s %s kv_b %s, %d heads, rank %d, rope %d, T=%d, %s rows",
-                 k == NB_CUDA_MLA_DEC ? "" : " (NOT dec)", bulk ? " bulk" : " cp.async", sparse ? "sparse" : "causal",
+        snprintf(name, sizeof name, "mla %s%s %s kv_b %s, %d heads, rank %d, rope %d, T=%d, %s rows", kname(k),
+                 k == NB_CUDA_MLA_WG ? (aligned ? "" : " (dec: unaligned)") : bulk ? " bulk" : " cp.async",
+                 sparse ? "sparse" : "causal",
                  tu_fmt_name(fmt), d.n_heads, d.kv_lora_rank, d.qk_rope, T, aligned ? "16-byte" : "4-byte");
         tu_compare(name, o, ob, on, NB_TOL_BF16);
         if (sparse && T > 2) { /* token 0 attends nothing: its output rows are exactly zero */
@@ -175,19 +187,20 @@ static void batch_out(dec_batch *b, int k, float *host)
     nb_cuda_mla_force_kernel(-1);
 }
 
-/* The decode kernel (both row copies) against kernel `ref` on one batch. */
-static void batch_compare(dec_batch *b, int ref)
+/* Kernel k (dec: both row copies) against kernel `ref` on one batch (k 0: nothing). */
+static void batch_compare(dec_batch *b, int ref, int k)
 {
+    if (!k) return;
     const size_t on = (size_t)b->B * b->d.n_heads * b->d.v_dim;
     float *x = malloc(on * 4), *y = malloc(on * 4);
     batch_out(b, ref, x);
-    for (int bulk = 1; bulk >= 0; bulk--) {
+    for (int bulk = 1; bulk >= (k == NB_CUDA_MLA_DEC ? 0 : 1); bulk--) {
         nb_cuda_mla_dec_force_copy(bulk);
         NB_CHECK_OK(nb_ops_memset(tu_gpu, b->dout.data, 0xff, on * 4));
-        batch_out(b, NB_CUDA_MLA_DEC, y);
+        batch_out(b, k, y);
         char name[128];
-        snprintf(name, sizeof name, "mla dec %s vs %s on the GPU, GLM-5 shapes, B=%d ctx %d", bulk ? "bulk" : "cp.async",
-                 ref == NB_CUDA_MLA_MMA ? "mma" : "f32", b->B, b->ctx);
+        snprintf(name, sizeof name, "mla %s%s vs %s on the GPU, GLM-5 shapes, B=%d ctx %d", kname(k),
+                 k != NB_CUDA_MLA_DEC ? "" : bulk ? " bulk" : " cp.async", kname(ref), b->B, b->ctx);
         tu_compare(name, x, y, on, NB_TOL_BF16);
     }
     nb_cuda_mla_dec_force_copy(-1);
@@ -244,29 +257,73 @@ static double graph_ms(dec_batch *b, int k, int gemms_only, int iters)
     return ms;
 }
 
+/* The op's steps (nb_cuda_mla_force_gemm_steps) timed alone with kernel k: q split + first
+ * GEMM, attention, split merge, second GEMM + hi/lo sum. */
+static void time_steps(dec_batch *b, int k, int iters)
+{
+    static const char *names[4] = {"split+gemm1", "attention", "merge", "gemm2+sum"};
+    double ms[4];
+    for (int i = 0; i < 4; i++) {
+        nb_cuda_mla_force_gemm_steps(1 << i);
+        ms[i] = graph_ms(b, k, 0, iters);
+    }
+    nb_cuda_mla_force_gemm_steps(0);
+    fprintf(stderr, "    mla steps B=%-5d ctx %-5d %-3s:", b->B, b->ctx, kname(k));
+    for (int i = 0; i < 4; i++) fprintf(stderr, "  %s %.3f ms", names[i], ms[i]);
+    fprintf(stderr, "  (sum %.3f)\n", ms[0] + ms[1] + ms[2] + ms[3]);
+}
+
+/* Old against new on one batch, the same binary: the op (graph replay) with mma, dec (bulk
+ * copies) and wg (4 and 2 producer rows in flight), each with two BF16 activation terms and
+ * with one (mla.h NIBBLE_CUDA_MLA_TERMS), the two-term GEMMs alone, then the op's steps alone
+ * for dec (two terms: the default before the wg kernel) and wg (one term: the default now). */
 static void time_batch(int B, int ctx)
 {
     dec_batch b;
     batch_make(&b, B, ctx);
-    batch_compare(&b, NB_CUDA_MLA_MMA);
+    nb_cuda_mla_force_terms(2);
+    batch_compare(&b, NB_CUDA_MLA_MMA, NB_CUDA_MLA_WG);
+    nb_cuda_mla_force_terms(1);
+    batch_compare(&b, NB_CUDA_MLA_MMA, NB_CUDA_MLA_WG); /* one term against mma with one term */
     const int iters = (int64_t)B * ctx >= 256000 ? 20 : 50;
-    const double mma = graph_ms(&b, NB_CUDA_MLA_MMA, 0, iters);
-    nb_cuda_mla_dec_force_copy(0);
-    const double dca = graph_ms(&b, NB_CUDA_MLA_DEC, 0, iters);
+    double t[2][5]; /* [terms - 1][mma, dec, wg rows 4, wg rows 2, wg rows 4 one block per item] */
     nb_cuda_mla_dec_force_copy(1);
-    const double dec = graph_ms(&b, NB_CUDA_MLA_DEC, 0, iters);
+    for (int k = 0; k < 2; k++) {
+        nb_cuda_mla_force_terms(k + 1);
+        t[k][0] = graph_ms(&b, NB_CUDA_MLA_MMA, 0, iters);
+        t[k][1] = graph_ms(&b, NB_CUDA_MLA_DEC, 0, iters);
+        nb_cuda_mla_wg_force_rows(4);
+        t[k][2] = graph_ms(&b, NB_CUDA_MLA_WG, 0, iters);
+        nb_cuda_mla_wg_force_rows(2);
+        t[k][3] = graph_ms(&b, NB_CUDA_MLA_WG, 0, iters);
+        nb_cuda_mla_wg_force_rows(4);
+        nb_cuda_mla_wg_force_persist(0);
+        t[k][4] = graph_ms(&b, NB_CUDA_MLA_WG, 0, iters);
+        nb_cuda_mla_wg_force_persist(-1);
+        nb_cuda_mla_wg_force_rows(0);
+    }
     nb_cuda_mla_dec_force_copy(-1);
+    nb_cuda_mla_force_terms(0);
     const double gemm = graph_ms(&b, NB_CUDA_MLA_DEC, 1, iters);
     const int autok = nb_cuda_mla_kernel(tu_gpu, &b.d, B);
-    /* the attention kernel's floor: the latent rows (F32) once, at the measured copy rate */
     const double bytes = (double)B * ctx * (b.d.kv_lora_rank + b.d.qk_rope) * 4;
+    for (int k = 0; k < 2; k++)
+        fprintf(stderr,
+                "    mla time B=%-5d ctx %-5d %s term%s op (graph): mma %7.3f  dec %7.3f  wg %7.3f (persistent, rows 4)  "
+                "%7.3f (rows 2)  %7.3f (block per item) ms;  dec/wg %.2fx\n",
+                B, ctx, k ? "two" : "one", k ? "s" : " ", t[k][0], t[k][1], t[k][2], t[k][3], t[k][4],
+                t[k][1] / t[k][2]);
     fprintf(stderr,
-            "    mla dec time B=%-5d ctx %-5d op (graph): mma %7.3f ms  dec bulk %7.3f ms (%.2fx)  dec cp.async %7.3f ms  "
-            "GEMMs alone %.3f ms -> attention ~ mma %.3f  dec bulk %.3f  cp.async %.3f ms (rows %.0f MB: bulk %.0f GB/s)  "
-            "auto=%s\n",
-            B, ctx, mma, dec, mma / dec, dca, gemm, mma - gemm, dec - gemm, dca - gemm, bytes / 1e6,
-            dec - gemm > 0 ? bytes / ((dec - gemm) * 1e-3) / 1e9 : 0.0,
-            autok == NB_CUDA_MLA_DEC ? "dec" : autok == NB_CUDA_MLA_MMA ? "mma" : "f32");
+            "    mla time B=%-5d ctx %-5d old default (dec, two terms) %.3f ms -> wg one term %.3f ms (%.2fx);  "
+            "two-term GEMMs alone %.3f ms;  rows %.0f MB;  auto=%s\n",
+            B, ctx, t[1][1], t[0][2], t[1][1] / t[0][2], gemm, bytes / 1e6, kname(autok));
+    nb_cuda_mla_force_terms(2);
+    time_steps(&b, NB_CUDA_MLA_DEC, iters);
+    time_steps(&b, NB_CUDA_MLA_WG, iters);
+    nb_cuda_mla_force_terms(1);
+    fprintf(stderr, "    (one BF16 term)\n");
+    time_steps(&b, NB_CUDA_MLA_WG, iters);
+    nb_cuda_mla_force_terms(0);
     batch_free(&b);
 }
 
@@ -295,24 +352,74 @@ int main(int argc, char **argv)
         }
     } else {
         const nb_mla_dims glm5 = {64, 192, 64, 256, 512}, h80 = {80, 32, 32, 64, 256}, h16 = {16, 64, 64, 128, 512},
-                          tiny = {4, 32, 16, 24, 32};
+                          tiny = {4, 32, 16, 24, 32}, h80w = {80, 32, 64, 64, 512};
         tu_seed(91);
-        for (int sparse = 0; sparse < 2; sparse++) {
-            dec_case(glm5, 0, sparse, NB_WFMT_BF16, 1);
-            dec_case(glm5, 1, sparse, NB_WFMT_BF16, 1);
-            dec_case(h16, 0, sparse, NB_WFMT_BF16, 1);
-            dec_case(h16, 1, sparse, NB_WFMT_F32, 1);
-            dec_case(h80, 0, sparse, NB_WFMT_F32, 0);
-            dec_case(h80, 1, sparse, NB_WFMT_BF16, 1);
-            dec_case(tiny, 0, sparse, NB_WFMT_BF16, 0);
-            dec_case(tiny, 1, sparse, NB_WFMT_F32, 1);
+        const int kerns[2] = {NB_CUDA_MLA_DEC, NB_CUDA_MLA_WG};
+        /* "wg": the wgmma kernel's cases only */
+        const int only_wg = argc > 1 && !strcmp(argv[1], "wg");
+        for (int ki = only_wg; ki < 2; ki++) {
+            const int kk = kerns[ki];
+            nb_cuda_mla_force_terms(2); /* the hi/lo path (one term below) */
+            for (int sparse = 0; sparse < 2; sparse++) {
+                dec_case(glm5, 0, sparse, NB_WFMT_BF16, 1, kk);
+                dec_case(glm5, 1, sparse, NB_WFMT_BF16, 1, kk);
+                dec_case(h16, 0, sparse, NB_WFMT_BF16, 1, kk);
+                dec_case(h16, 1, sparse, NB_WFMT_F32, 1, kk);
+                if (kk == NB_CUDA_MLA_WG) { /* two head groups, the second partial */
+                    dec_case(h80w, 0, sparse, NB_WFMT_BF16, 1, kk);
+                    dec_case(h80w, 1, sparse, NB_WFMT_F32, 1, kk);
+                    continue;
+                }
+                dec_case(h80, 0, sparse, NB_WFMT_F32, 0, kk);
+                dec_case(h80, 1, sparse, NB_WFMT_BF16, 1, kk);
+                dec_case(tiny, 0, sparse, NB_WFMT_BF16, 0, kk);
+                dec_case(tiny, 1, sparse, NB_WFMT_F32, 1, kk);
+            }
+            dec_case(glm5, 1, 0, NB_WFMT_F32, 0, kk);
+            dec_case(glm5, 0, 1, NB_WFMT_NVFP4, 1, kk);
+            /* one BF16 activation term around the attention (mla.h NIBBLE_CUDA_MLA_TERMS) */
+            nb_cuda_mla_force_terms(1);
+            fprintf(stderr, "  one BF16 term:\n");
+            for (int sparse = 0; sparse < 2; sparse++) {
+                dec_case(glm5, 0, sparse, NB_WFMT_BF16, 1, kk);
+                dec_case(glm5, 1, sparse, NB_WFMT_BF16, 1, kk);
+            }
+            nb_cuda_mla_force_terms(0);
+            if (kk == NB_CUDA_MLA_WG) { /* the other forms: 2 producer rows in flight, a block per item */
+                nb_cuda_mla_wg_force_rows(2);
+                fprintf(stderr, "  wg, 2 producer rows in flight:\n");
+                dec_case(glm5, 0, 1, NB_WFMT_BF16, 1, kk);
+                dec_case(glm5, 1, 0, NB_WFMT_BF16, 1, kk);
+                dec_case(h80w, 1, 1, NB_WFMT_BF16, 1, kk);
+                nb_cuda_mla_wg_force_rows(0);
+                nb_cuda_mla_wg_force_persist(0);
+                fprintf(stderr, "  wg, one block per item:\n");
+                dec_case(glm5, 0, 1, NB_WFMT_BF16, 1, kk);
+                dec_case(glm5, 1, 0, NB_WFMT_BF16, 1, kk);
+                dec_case(h80w, 1, 1, NB_WFMT_BF16, 1, kk);
+                nb_cuda_mla_wg_force_persist(-1);
+            }
         }
-        dec_case(glm5, 1, 0, NB_WFMT_F32, 0);
-        dec_case(glm5, 0, 1, NB_WFMT_NVFP4, 1);
-        dec_batch b;
-        batch_make(&b, 300, 256);
-        batch_compare(&b, NB_CUDA_MLA_F32);
-        batch_free(&b);
+        /* GLM-5 shapes on the GPU against the float32 kernel (default terms: one for wg, two
+         * for f32): 300 tokens (no splits), 1 token
+         * (splits) and 1000 tokens at context 256, and 7 tokens at context 1984 (splits of
+         * several 64-row chunks) */
+        const int bs[4][2] = {{300, 256}, {1, 256}, {1000, 256}, {7, 1984}};
+        for (int i = 0; i < 4; i++) {
+            dec_batch b;
+            batch_make(&b, bs[i][0], bs[i][1]);
+            batch_compare(&b, NB_CUDA_MLA_F32, i == 0 && !only_wg ? NB_CUDA_MLA_DEC : 0);
+            batch_compare(&b, NB_CUDA_MLA_F32, NB_CUDA_MLA_WG);
+            if (i == 2) { /* 1000 tokens: the other wg forms too */
+                nb_cuda_mla_wg_force_persist(0);
+                batch_compare(&b, NB_CUDA_MLA_F32, NB_CUDA_MLA_WG);
+                nb_cuda_mla_wg_force_persist(-1);
+                nb_cuda_mla_wg_force_rows(2);
+                batch_compare(&b, NB_CUDA_MLA_F32, NB_CUDA_MLA_WG);
+                nb_cuda_mla_wg_force_rows(0);
+            }
+            batch_free(&b);
+        }
     }
     nb_ops_ctx_free(tu_gpu);
     nb_ops_ctx_free(tu_cpu);

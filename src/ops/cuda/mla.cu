@@ -435,8 +435,9 @@ __global__ void k_mla_merge(mla_args a, int S)
     }
 }
 
-// q_nope -> two BF16 terms [H][2T][nope] (hi rows 0..T-1, lo rows T..2T-1 of each head).
-__global__ void k_mla_split_q(const float *q, int64_t qs0, int64_t qs1, int T, int H, int nope, uint16_t *qb)
+// q_nope -> two BF16 terms [H][2T][nope] (hi rows 0..T-1, lo rows T..2T-1 of each head), or
+// (two 1) the hi term alone [H][T][nope].
+__global__ void k_mla_split_q(const float *q, int64_t qs0, int64_t qs1, int T, int H, int nope, uint16_t *qb, int two)
 {
     const int64_t total = (int64_t)H * T * nope;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
@@ -444,8 +445,32 @@ __global__ void k_mla_split_q(const float *q, int64_t qs0, int64_t qs1, int T, i
         int t = (int)(rem / nope), c = (int)(rem - (int64_t)t * nope);
         float v = q[(int64_t)t * qs0 + h * qs1 + c];
         uint16_t hi = nb_d_to_bf16(v);
-        qb[(h * 2 * T + t) * nope + c] = hi;
-        qb[(h * 2 * T + T + t) * nope + c] = nb_d_to_bf16(v - nb_d_bf16(hi));
+        qb[(h * two * T + t) * nope + c] = hi;
+        if (two == 2) qb[(h * 2 * T + T + t) * nope + c] = nb_d_to_bf16(v - nb_d_bf16(hi));
+    }
+}
+
+// The same four elements per thread (nope % 4 == 0, q and its strides 16-byte aligned): one
+// float4 load per thread instead of four scalar loads and four 64-bit index divisions.
+__global__ void k_mla_split_q4(const float *q, int64_t qs0, int64_t qs1, int T, int H, int nope, uint16_t *qb, int two)
+{
+    const int n4 = nope / 4;
+    const int64_t total = (int64_t)H * T * n4;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t ht = e / n4;
+        const int c = 4 * (int)(e - ht * n4), h = (int)(ht / T), t = (int)(ht - (int64_t)h * T);
+        const float4 v = *(const float4 *)(q + (int64_t)t * qs0 + (int64_t)h * qs1 + c);
+        const float x[4] = {v.x, v.y, v.z, v.w};
+        uint16_t hi[4], lo[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            hi[i] = nb_d_to_bf16(x[i]);
+            lo[i] = nb_d_to_bf16(x[i] - nb_d_bf16(hi[i]));
+        }
+        uint16_t *o = qb + ((int64_t)h * two * T + t) * nope + c;
+        *(uint2 *)o = make_uint2(hi[0] | (uint32_t)hi[1] << 16, hi[2] | (uint32_t)hi[3] << 16);
+        if (two == 2)
+            *(uint2 *)(o + (int64_t)T * nope) = make_uint2(lo[0] | (uint32_t)lo[1] << 16, lo[2] | (uint32_t)lo[3] << 16);
     }
 }
 
@@ -501,8 +526,27 @@ static int g_kernel = -1; /* nb_cuda_mla_force_kernel; -1: NIBBLE_CUDA_MLA, else
 
 extern "C" void nb_cuda_mla_force_kernel(int kernel)
 {
-    g_kernel = kernel == NB_CUDA_MLA_F32 || kernel == NB_CUDA_MLA_MMA || kernel == NB_CUDA_MLA_DEC ? kernel : -1;
+    g_kernel = kernel == NB_CUDA_MLA_F32 || kernel == NB_CUDA_MLA_MMA || kernel == NB_CUDA_MLA_DEC ||
+                       kernel == NB_CUDA_MLA_WG
+                   ? kernel
+                   : -1;
 }
+
+static int g_steps; /* nb_cuda_mla_force_gemm_steps; 0: all */
+static int g_terms; /* nb_cuda_mla_force_terms; 0: NIBBLE_CUDA_MLA_TERMS, else 2 */
+
+extern "C" void nb_cuda_mla_force_terms(int terms) { g_terms = terms == 1 || terms == 2 ? terms : 0; }
+
+// BF16 activation terms of the GEMM path with attention kernel kern (mla.h).
+static int mla_terms(int kern)
+{
+    if (g_terms) return g_terms;
+    const char *e = getenv("NIBBLE_CUDA_MLA_TERMS");
+    if (e && (!strcmp(e, "1") || !strcmp(e, "2"))) return e[0] - '0';
+    return kern == NB_CUDA_MLA_DEC || kern == NB_CUDA_MLA_WG ? 1 : 2;
+}
+
+extern "C" void nb_cuda_mla_force_gemm_steps(int mask) { g_steps = mask > 0 && mask < 15 ? mask : 0; }
 
 static size_t mma_smem(int r, int rope)
 {
@@ -519,6 +563,9 @@ extern "C" int nb_cuda_mla_kernel(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_t
     const int mma_ok = !(d->kv_lora_rank % 32 || d->kv_lora_rank > 32 * MMA_NT || d->qk_rope % 4 ||
                          mma_smem(d->kv_lora_rank, d->qk_rope) > 200 * 1024);
     const int dec_ok = nb_cuda_mla_dec_smem(d->kv_lora_rank, d->qk_rope, max_smem) > 0;
+    int cc_major = 0;
+    cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, nb_cuda_st(ctx)->device);
+    const int wg_ok = nb_cuda_mla_wg_ok(d->kv_lora_rank, d->qk_rope, cc_major, max_smem);
     int k = g_kernel;
     if (k < 0) {
         const char *e = getenv("NIBBLE_CUDA_MLA");
@@ -526,8 +573,10 @@ extern "C" int nb_cuda_mla_kernel(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_t
             : !strcmp(e, "f32") ? NB_CUDA_MLA_F32
             : !strcmp(e, "mma") ? NB_CUDA_MLA_MMA
             : !strcmp(e, "dec") ? NB_CUDA_MLA_DEC
+            : !strcmp(e, "wg")  ? NB_CUDA_MLA_WG
                                 : -1;
     }
+    if (k == NB_CUDA_MLA_WG && !wg_ok) k = NB_CUDA_MLA_DEC; /* shapes or device the wgmma kernel does not take */
     if (k == NB_CUDA_MLA_DEC && !dec_ok) k = NB_CUDA_MLA_MMA; /* shapes the decode kernel does not take */
     if (k == NB_CUDA_MLA_MMA && !mma_ok) k = NB_CUDA_MLA_F32;
     if (k >= 0) return k;
@@ -535,9 +584,11 @@ extern "C" int nb_cuda_mla_kernel(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_t
      * at 1 and 10 tokens (KV-split batches), the tensor-core ones at 1000; the switch is where
      * the float32 kernel stops splitting (a function of the token count only, so a captured
      * graph keeps its kernel). Between 10 and 64 tokens not measured; the decode kernel beat
-     * the mma kernel at 64, 256 and 1000 tokens (contexts 256 and 2048). */
+     * the mma kernel at 64, 256 and 1000 tokens (contexts 256 and 2048), and the wgmma kernel
+     * beat the decode kernel at 64, 256 and 1000 tokens (context 256; bench/RESULTS.md, fourth
+     * session), so it runs where it takes the shapes. */
     if ((int64_t)n_tokens * ((d->n_heads + MLA_G - 1) / MLA_G) < nb_cuda_st(ctx)->sm_count) return NB_CUDA_MLA_F32;
-    return dec_ok ? NB_CUDA_MLA_DEC : mma_ok ? NB_CUDA_MLA_MMA : NB_CUDA_MLA_F32;
+    return wg_ok ? NB_CUDA_MLA_WG : dec_ok ? NB_CUDA_MLA_DEC : mma_ok ? NB_CUDA_MLA_MMA : NB_CUDA_MLA_F32;
 }
 
 extern "C" int nb_cuda_mla_uses_mma(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_tokens)
@@ -573,9 +624,11 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
     const int T = (int)q->shape[0], H = d->n_heads, r = d->kv_lora_rank, rope = d->qk_rope, nope = d->qk_nope,
               vd = d->v_dim;
     /* a device whose opt-in shared memory is below the mma kernel's runs the float32 one */
-    const int kern = nb_cuda_mla_kernel(ctx, d, T), dec = kern == NB_CUDA_MLA_DEC;
+    const int kern = nb_cuda_mla_kernel(ctx, d, T), wg = kern == NB_CUDA_MLA_WG;
+    const int dec = kern == NB_CUDA_MLA_DEC || wg; /* wg: the same grid (dec where rows are unaligned) */
     const int mma = kern == NB_CUDA_MLA_MMA && mma_smem(r, rope) <= (size_t)max_smem,
               G = dec ? MLA_DEC_G : mma ? MMA_G : MLA_G;
+    const int steps = g_steps ? g_steps : 15; /* timings: nb_cuda_mla_force_gemm_steps */
     const int groups = (H + G - 1) / G, S = mla_splits(T, groups, cs->sm_count);
     /* small: the absorption kernels of mla_small.cu (mla.h), float32 q_lat / o_lat, the split
      * merge folded into the output step unless sep_merge; pdl: programmatic dependent launches */
@@ -583,14 +636,15 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
     const int small = nb_cuda_mla_uses_small(d, W.w, T, &merge, &pdl);
     const int sep_merge = merge == NB_CUDA_MLA_MERGE_KERNEL;
     const int bf = W.bf16 && !small; /* the BF16 GEMMs' two-term activations */
-    const int two = bf ? 2 : 1, hs = nope + vd;
+    const int one = bf && mla_terms(kern) == 1; /* or one term (mla.h nb_cuda_mla_force_terms) */
+    const int two = bf && !one ? 2 : 1, hs = nope + vd;
     const int64_t T2 = (int64_t)two * T;
 
     size_t off = 0;
     const size_t o_qb = bf ? carve(&off, (size_t)H * T2 * nope * 2) : 0;
     const size_t o_ql = carve(&off, (size_t)H * T2 * r * 4);
     const size_t o_ol = carve(&off, (size_t)H * T2 * r * (bf ? 2 : 4));
-    const size_t o_o2 = bf ? carve(&off, (size_t)H * T2 * vd * 4) : 0;
+    const size_t o_o2 = bf && !one ? carve(&off, (size_t)H * T2 * vd * 4) : 0;
     const size_t o_pt = S > 1 ? carve(&off, (size_t)T * H * S * (2 + r) * 4) : 0;
     char *scr = (char *)nb_cuda_scratch(ctx, 3, off);
     if (!scr) return NB_ERR_OUT_OF_MEMORY;
@@ -602,10 +656,15 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
     float *qlat = (float *)(scr + o_ql);
     if (small) {
         NB_TRY(nb_cuda_mla_small_in(ctx, d, &W, q, qlat));
+    } else if (!(steps & 1)) {
     } else if (W.bf16) {
         uint16_t *qb = (uint16_t *)(scr + o_qb);
-        k_mla_split_q<<<grid_for((int64_t)H * T * nope), 256, 0, stream>>>((const float *)q->data, q->stride[0],
-                                                                            q->stride[1], T, H, nope, qb);
+        if (nope % 4 == 0 && (uintptr_t)q->data % 16 == 0 && q->stride[0] % 4 == 0 && q->stride[1] % 4 == 0)
+            k_mla_split_q4<<<grid_for((int64_t)H * T * nope / 4), 256, 0, stream>>>(
+                (const float *)q->data, q->stride[0], q->stride[1], T, H, nope, qb, two);
+        else
+            k_mla_split_q<<<grid_for((int64_t)H * T * nope), 256, 0, stream>>>((const float *)q->data, q->stride[0],
+                                                                                q->stride[1], T, H, nope, qb, two);
         NB_CUDA_LAUNCHED("mla_attention split q");
         NB_TRY(nb_cuda_mla_gemm(ctx, 1, 0, r, (int)T2, nope, wb, r, (int64_t)hs * r, qb, nope, T2 * nope, qlat, r,
                                 T2 * r, H, W.alpha));
@@ -636,8 +695,12 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
     a.part = S > 1 ? (float *)(scr + o_pt) : NULL;
     a.o32 = bf ? NULL : (float *)(scr + o_ol);
     a.ob = bf ? (uint16_t *)(scr + o_ol) : NULL;
+    a.ob1 = one;
     static int attr_dev = -1, mma_attr_dev = -1; /* attributes set once per process for the opt-in maximum */
-    if (dec) {
+    if (!small && !(steps & 2)) {
+    } else if (wg && a.vec) {
+        NB_TRY(nb_cuda_mla_wg_launch(&a, groups, S, cs->device, stream));
+    } else if (dec) {
         NB_TRY(nb_cuda_mla_dec_launch(&a, groups, S, cs->device, max_smem, stream));
     } else if (mma) {
         if (mma_attr_dev != cs->device) {
@@ -657,7 +720,7 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
         }
         attr_dev = cs->device;
     }
-    if (!mma && !dec) {
+    if (!mma && !dec && (small || (steps & 2))) {
         /* on the small path a programmatic dependent of the input step (it waits at its start) */
         cudaLaunchConfig_t cfg = {};
         cfg.gridDim = dim3((unsigned)((int64_t)T * groups), (unsigned)S);
@@ -674,7 +737,7 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
         else NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, k_mla_attend<2>, a));
         NB_CUDA_LAUNCHED("mla_attention");
     }
-    if (S > 1 && (!small || sep_merge)) {
+    if (S > 1 && (!small || sep_merge) && (small || (steps & 4))) {
         k_mla_merge<<<dim3((unsigned)T, (unsigned)H), 128, 0, stream>>>(a, S);
         NB_CUDA_LAUNCHED("mla_attention merge");
     }
@@ -683,6 +746,10 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
     const char *wuv = wb + (int64_t)nope * r * es;
     if (small) {
         NB_TRY(nb_cuda_mla_small_out(ctx, d, &W, a.o32, a.part, sep_merge ? 1 : S, pdl, out));
+    } else if (!(steps & 8)) {
+    } else if (W.bf16 && one) { /* one term: straight into out */
+        NB_TRY(nb_cuda_mla_gemm(ctx, 1, 1, vd, T, r, wuv, r, (int64_t)hs * r, a.ob, r, (int64_t)T * r,
+                                (float *)out->data, out->stride[0], out->stride[1], H, W.alpha));
     } else if (W.bf16) {
         float *o2 = (float *)(scr + o_o2);
         NB_TRY(nb_cuda_mla_gemm(ctx, 1, 1, vd, (int)T2, r, wuv, r, (int64_t)hs * r, a.ob, r, T2 * r, o2, vd, T2 * vd, H,

@@ -60,6 +60,34 @@ void nb_cuda_mla_force_token_tile(int tokens);
  * (else mma where it does not take the shapes); automatic in place of the mma kernel (the token
  * counts at which that one ran; measured faster at 64, 256 and 1000 tokens, bench/RESULTS.md). */
 #define NB_CUDA_MLA_DEC 2
+/* The wgmma decode kernel (mla_wg.cu, sm_90a, rank 512 and rope 64 only): one block of a
+ * producer warpgroup (float32 rows -> BF16 128-byte swizzled tiles in shared memory) and two
+ * consumer warpgroups (S = q.rows^T and P.latent on wgmma, the online softmax in registers);
+ * same error as NB_CUDA_MLA_DEC. NIBBLE_CUDA_MLA=wg forces it (dec where it does not take the
+ * shapes, or a pool whose rows are not 16-byte aligned). */
+#define NB_CUDA_MLA_WG 3
+/* Tests and timings: the wg kernel's rows in flight per producer warp, 2 or 4 (anything else:
+ * back to NIBBLE_CUDA_MLA_WG_RB=2|4, else the default in mla_wg.cu). */
+void nb_cuda_mla_wg_force_rows(int rows);
+/* Tests and timings: the wg kernel's grid, 1 persistent (one block per SM looping over the
+ * (token, head group, split) items, the producer streaming the next item's rows while the
+ * consumers finish the last) or 0 one block per item (anything else: back to
+ * NIBBLE_CUDA_MLA_WG_PERSIST=0|1, else the default in mla_wg.cu). */
+void nb_cuda_mla_wg_force_persist(int on);
+/* Timings only: run only the steps of the GEMM path (not the small path) whose bits are set
+ * (1 the q split and first GEMM, 2 the attention kernel, 4 the split merge, 8 the second GEMM
+ * and the hi/lo sum; 0 or 15: all), so a graph of the op can be timed step by step; the
+ * outputs are then meaningless. */
+void nb_cuda_mla_force_gemm_steps(int mask);
+/* The BF16 GEMM path's activations (q_nope into the first GEMM, o_lat into the second): two
+ * BF16 terms hi + lo (the F32 value to ~2^-17), or one (hi only: ~2^-9, the same rounding the
+ * attention kernels apply to q_lat, P and the rows; no lo rows, and the second GEMM writes the
+ * output directly instead of through a sum kernel). NIBBLE_CUDA_MLA_TERMS=1|2 in the
+ * environment, else one term where the attention kernel is NB_CUDA_MLA_DEC or _WG (their
+ * q, rows and P are BF16 already; measured faster on the H200 at 64-1000 tokens, ~2.5e-3
+ * against the CPU op instead of ~2e-3: bench/RESULTS.md, fourth session) and two elsewhere;
+ * nb_cuda_mla_force_terms for tests (1, 2; else back to the environment / default). */
+void nb_cuda_mla_force_terms(int terms);
 /* Tests and timings: how the decode kernel copies pool rows into shared memory: 1 the bulk-copy
  * engine (cp.async.bulk completing on an mbarrier), 0 cp.async (anything else: back to
  * NIBBLE_CUDA_MLA_DEC_COPY=bulk|async, default bulk). Rows not 16-byte aligned take cp.async. */
@@ -69,7 +97,7 @@ void nb_cuda_mla_force_kernel(int kernel);
 /* 1 when a call (or token tile) of n_tokens tokens with these dims runs the tensor-core kernel
  * (selected, and its shapes: rank a multiple of 32 up to 512), else 0 (float32 kernel). */
 int nb_cuda_mla_uses_mma(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_tokens);
-/* Which attention kernel such a call runs: NB_CUDA_MLA_F32, _MMA or _DEC (nonzero: BF16). */
+/* Which attention kernel such a call runs: NB_CUDA_MLA_F32, _MMA, _DEC or _WG (nonzero: BF16). */
 int nb_cuda_mla_kernel(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_tokens);
 
 /* The small-batch path (mla_small.cu): at 1..NB_CUDA_MLA_SMALL_MAX tokens the two absorption

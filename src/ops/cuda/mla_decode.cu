@@ -448,9 +448,11 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_mla_decode(mla_args a, int b
                 hi[i] = nb_d_to_bf16(x[i]);
                 lo[i] = nb_d_to_bf16(x[i] - nb_d_bf16(hi[i]));
             }
-            uint16_t *oh = a.ob + ((int64_t)h * 2 * a.T + t) * a.r + 4 * c4;
+            uint16_t *oh = a.ob + ((int64_t)h * (a.ob1 ? 1 : 2) * a.T + t) * a.r + 4 * c4;
             *(uint2 *)oh = make_uint2(hi[0] | (uint32_t)hi[1] << 16, hi[2] | (uint32_t)hi[3] << 16);
-            *(uint2 *)(oh + (int64_t)a.T * a.r) = make_uint2(lo[0] | (uint32_t)lo[1] << 16, lo[2] | (uint32_t)lo[3] << 16);
+            if (!a.ob1)
+                *(uint2 *)(oh + (int64_t)a.T * a.r) =
+                    make_uint2(lo[0] | (uint32_t)lo[1] << 16, lo[2] | (uint32_t)lo[3] << 16);
         } else {
             *(float4 *)(a.o32 + ((int64_t)h * a.T + t) * a.r + 4 * c4) = v;
         }

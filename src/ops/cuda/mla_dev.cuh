@@ -24,6 +24,7 @@ typedef struct mla_args {
     float *part;     /* splits > 1: [T][H][S][2 + r] (m, l, unnormalized sum) */
     float *o32;      /* F32 output [H][T][r] */
     uint16_t *ob;    /* or BF16 hi/lo output [H][2T][r] */
+    int ob1;         /* ob holds the hi term only: [H][T][r] (mla.h NIBBLE_CUDA_MLA_TERMS=1) */
 } mla_args;
 
 // Attended entries of token i: its causal length, or its clamped selection count.
@@ -48,6 +49,10 @@ __device__ __forceinline__ void mla_put(const mla_args &a, int h, int t, int c, 
 {
     if (a.ob) {
         uint16_t hi = nb_d_to_bf16(v);
+        if (a.ob1) {
+            a.ob[((int64_t)h * a.T + t) * a.r + c] = hi;
+            return;
+        }
         uint16_t lo = nb_d_to_bf16(v - nb_d_bf16(hi));
         a.ob[((int64_t)h * 2 * a.T + t) * a.r + c] = hi;
         a.ob[((int64_t)h * 2 * a.T + a.T + t) * a.r + c] = lo;
@@ -91,6 +96,14 @@ extern "C" size_t nb_cuda_mla_dec_smem(int r, int rope, int max_smem);
 // with the common merge kernel. max_smem: the device's opt-in limit (attribute set once).
 extern "C" nb_status nb_cuda_mla_dec_launch(const mla_args *a, int groups, int S, int device, int max_smem,
                                             cudaStream_t stream);
+
+/* The wgmma decode kernel (mla_wg.cu, sm_90a): 1 when it takes these dims on a device of this
+ * compute capability major and opt-in shared memory (rank 512, rope 64, Hopper). */
+extern "C" int nb_cuda_mla_wg_ok(int r, int rope, int cc_major, int max_smem);
+// Launch it over the T * ceil(H / 64) * S (token, head group, split) items (a persistent grid
+// or a block per item, mla.h nb_cuda_mla_wg_force_persist); pool rows must be 16-byte aligned
+// (a->vec), else NB_ERR_UNSUPPORTED. The caller merges splits (S > 1) with the merge kernel.
+extern "C" nb_status nb_cuda_mla_wg_launch(const mla_args *a, int groups, int S, int device, cudaStream_t stream);
 
 // One online-softmax step of a row held by a lane quad (8 of its scaled scores per lane): the
 // scores become exp(s - new max) (0 for -inf), the row's max m and sum l are updated, and the

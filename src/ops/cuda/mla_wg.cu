@@ -1,0 +1,481 @@
+// MLA decode attention on Hopper's warpgroup MMA (sm_90a): the attention step of
+// nb_cuda_mla_attention (mla.h NB_CUDA_MLA_WG) for many tokens, GLM-5 / DeepSeek-V3 shapes
+// (kv_lora_rank 512, rope 64), in place of the mma.sync decode kernel (mla_decode.cu).
+//
+// One block of three warpgroups per (token, group of 64 heads, KV split), one block per SM:
+//   warpgroup 0 (producer, few registers): reads each chunk of 64 attended float32 rows
+//     [latent | k_pe] from global memory into registers (RB = 4 rows per warp in flight, or 2;
+//     the chunk after next prefetched into L2 by the bulk-copy engine, pool row ids looked up
+//     two and three chunks ahead), converts them to BF16 and stores them into one of two
+//     shared tiles, 128-byte swizzled: 9 k-tiles of [64 rows][64 dims] (8 KB each);
+//     signals the tile full on an mbarrier and waits for it to be empty before reusing it.
+//   warpgroups 1 and 2 (consumers): q of the 64 heads in BF16 in the same layout, loaded
+//     once per block. Per chunk each computes S = q . rows^T (64 heads x 64 rows, 36 wgmma
+//     m64n64k16 with both operands in shared memory; both consumers compute the same S, so
+//     neither waits for the other), the online softmax in registers (F32, exp2), and then
+//     O[:, 256c .. 256c + 255] += P . latent with P as the register A operand (the
+//     accumulator layout is the A fragment layout) and the same shared tile as the B operand
+//     read MN-major (the transpose bit): 4 wgmma m64n256k16 per chunk, O in 128 registers.
+// Error: q, the rows and P rounded to BF16, sums in F32 (as NB_CUDA_MLA_DEC: ~2e-3 against
+// the CPU op). Outputs as the other kernels: F32, the BF16 hi/lo pair, or the split
+// partials that k_mla_merge combines.
+// Selected by nb_cuda_mla_kernel (mla.cu): NIBBLE_CUDA_MLA=wg. Checked and timed by
+// tests/cuda_ops/test_cuda_mla_decode.c.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/cuda/mla_dev.cuh"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define WG_ARCH 1 /* this device pass can issue wgmma / setmaxnreg */
+#else
+#define WG_ARCH 0
+#endif
+
+#define WG_R 512
+#define WG_ROPE 64
+#define WG_C4 144              /* float4 per row: (512 + 64) / 4 */
+#define WG_P 64                /* rows per chunk */
+#define WG_TILE 8192           /* one k-tile: 64 rows x 64 BF16 (128 B) */
+#define WG_OPND (9 * WG_TILE)  /* q, or one chunk of rows: 9 k-tiles */
+#define WG_THREADS 384
+#define WG_SMEM (3 * WG_OPND + 2 * WG_P * 4 + 4 * 8 + 1024) /* + alignment slack */
+/* setmaxnreg: the block holds 168 x 384 registers from its launch (the __launch_bounds__ cap),
+ * so producer + 2 x consumer must stay within 3 x 168 = 504, or the increase never returns */
+#define WG_RB_DEFAULT 4      /* rows in flight per producer warp (mla.h nb_cuda_mla_wg_force_rows) */
+#define WG_PERSIST_DEFAULT 1 /* one block per SM looping over the items (mla.h nb_cuda_mla_wg_force_persist) */
+#define WG_LOG2E 1.4426950408889634f
+
+// Byte offset of float4 c4 (dims 4c4 .. 4c4 + 3) of row `row` in a swizzled operand: k-tile
+// c4 / 16, 16-byte unit (c4 % 16) / 2 XOR row % 8 (the 128-byte swizzle), half (c4 & 1).
+__device__ __forceinline__ uint32_t wg_off(int row, int c4)
+{
+    return (uint32_t)((c4 >> 4) * WG_TILE + row * 128 + ((((c4 & 15) >> 1) ^ (row & 7)) << 4) + ((c4 & 1) << 3));
+}
+
+// Shared-memory matrix descriptors, 128-byte swizzle. K-major (q, and the rows as S's B):
+// 8-row atoms 1024 B apart (stride byte offset), the leading offset unused. MN-major (the
+// rows as P.latent's B, N = latent dims): lbo between 64-dim blocks, sbo between 8-row groups.
+__device__ __forceinline__ uint64_t wg_desc_k(uint32_t saddr)
+{
+    return (uint64_t)((saddr & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
+           ((uint64_t)1 << 62);
+}
+__device__ __forceinline__ uint64_t wg_desc_mn(uint32_t saddr, uint32_t lbo, uint32_t sbo)
+{
+    return (uint64_t)((saddr & 0x3FFFFu) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32) |
+           ((uint64_t)1 << 62);
+}
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Keeps a register in program order after a wgmma wait: the compiler does not know the
+// asynchronous wgmma writes it, and could otherwise move a read or rescale above the wait.
+__device__ __forceinline__ void wg_pin(float &r) { asm volatile("" : "+f"(r)::"memory"); }
+__device__ __forceinline__ void wg_proxy() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+__device__ __forceinline__ void wg_arrive(uint64_t *bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"((unsigned)__cvta_generic_to_shared(bar)) : "memory");
+}
+__device__ __forceinline__ void wg_mwait(uint64_t *bar, int parity)
+{
+    unsigned b = (unsigned)__cvta_generic_to_shared(bar), done = 0;
+    while (!done)
+        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(b), "r"(parity)
+                     : "memory");
+}
+
+// S (64 x 64, F32) += A . B^T, A and B K-major BF16 in shared memory.
+__device__ __forceinline__ void wg_ss64(float (&d)[32], uint64_t adesc, uint64_t bdesc)
+{
+#if WG_ARCH
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
+                     "%32, %33, p, 1, 1, 0, 0;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                     : "l"(adesc), "l"(bdesc), "r"(1));
+#endif
+}
+
+// O (64 x 256, F32) += P . B, P the A operand in registers (m16n8k16 A fragment order per
+// warp), B MN-major in shared memory (the transpose bit).
+__device__ __forceinline__ void wg_rs256(float (&d)[128], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint64_t desc)
+{
+#if WG_ARCH
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}, "
+                     "{%128,%129,%130,%131}, %132, p, 1, 1, 1;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
+#endif
+}
+
+// L2 prefetch of one row: lanes 0-15 its latent, lanes 16-31 its k_pe (same row for lane
+// and lane ^ 16).
+__device__ __forceinline__ void wg_prefetch(const mla_args &a, int row, int lane)
+{
+    if (row < 0) return;
+    if (lane < 16) {
+        const char *p = (const char *)(a.lat + (int64_t)row * a.ls0);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(WG_R * 4) : "memory");
+    } else {
+        const char *p = (const char *)(a.kpe + (int64_t)row * a.ps0);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(WG_ROPE * 4) : "memory");
+    }
+}
+
+// One work item of a block: token t, heads h0 .. h0 + 63, KV split s of S, chunks [ch0, ch1).
+struct wg_item {
+    int t, h0, s, pos, n, sbase, ch0, ch1;
+};
+
+__device__ __forceinline__ wg_item wg_decode(const mla_args &a, int item, int groups, int S)
+{
+    wg_item x;
+    const int tg = item / S;
+    x.s = item - tg * S;
+    x.t = tg / groups;
+    x.h0 = (tg - x.t * groups) * MLA_DEC_G;
+    x.pos = a.idx.pos[x.t];
+    x.n = mla_count(a, x.t);
+    x.sbase = a.idx.slot_base[x.t];
+    const int nch = (x.n + WG_P - 1) / WG_P, cps = (nch + S - 1) / S;
+    x.ch0 = x.s * cps;
+    x.ch1 = min(nch, x.ch0 + cps);
+    return x;
+}
+
+// q of heads h0 .. h0 + 63 of token t -> BF16 in the swizzled layout (the sum of the two q_lat
+// terms when TWO), by the 256 consumer threads (ct); QB float4 of each term in flight per thread.
+template <int QB, int TWO>
+__device__ __forceinline__ void wg_load_q(const mla_args &a, char *qs, int t, int h0, int ct)
+{
+    const int T2 = TWO * a.T, total = MLA_DEC_G * WG_C4;
+    for (int e0 = ct; e0 < total; e0 += 256 * QB) {
+        float4 v[QB], u[QB];
+#pragma unroll
+        for (int k = 0; k < QB; k++) {
+            const int e = e0 + 256 * k, hr = e / WG_C4, c4 = e - hr * WG_C4, h = h0 + hr;
+            v[k] = u[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (e < total && h < a.H) {
+                if (c4 < WG_R / 4) {
+                    const float4 *ql = (const float4 *)(a.qlat + ((int64_t)h * T2 + t) * WG_R) + c4;
+                    v[k] = ql[0];
+                    if (TWO == 2) u[k] = ql[(int64_t)a.T * (WG_R / 4)];
+                } else {
+                    const float *qp = a.q + (int64_t)t * a.qs0 + (int64_t)h * a.qs1 + a.nope + 4 * (c4 - WG_R / 4);
+                    v[k] = make_float4(qp[0], qp[1], qp[2], qp[3]);
+                }
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < QB; k++) {
+            const int e = e0 + 256 * k, hr = e / WG_C4, c4 = e - hr * WG_C4;
+            if (e < total)
+                *(uint2 *)(qs + wg_off(hr, c4)) =
+                    make_uint2(mma_pack(v[k].x + u[k].x, v[k].y + u[k].y), mma_pack(v[k].z + u[k].z, v[k].w + u[k].w));
+        }
+    }
+}
+
+// Items item = blockIdx.x, + gridDim.x, ... of n_items = T x head groups x S (s fastest): one
+// per block (grid = n_items), or a persistent grid of one block per SM, where the producer
+// streams the next item's rows while the consumers finish the last one and load its q.
+// RB: rows per producer warp in flight (2 or 4); PREG / CREG: the producer's and consumers'
+// registers (setmaxnreg; ptxas allocates each role's code within its figure: with none, the
+// consumers spill at the launch cap of 168).
+template <int RB, int PREG, int CREG>
+__global__ void __launch_bounds__(WG_THREADS, 1) k_mla_wg(mla_args a, int S, int n_items)
+{
+#if WG_ARCH
+    extern __shared__ float4 wsh[];
+    char *base = (char *)wsh;
+    base += (1024 - ((uint32_t)__cvta_generic_to_shared(base) & 1023)) & 1023; /* swizzle atoms 1024-aligned */
+    char *qs = base, *kv = base + WG_OPND;                                 /* q; two chunk tiles */
+    int *ring = (int *)(base + 3 * WG_OPND);                                /* [2][64] pool rows of the tiles */
+    uint64_t *full = (uint64_t *)(ring + 2 * WG_P), *empty = full + 2;
+    const int groups = (a.H + MLA_DEC_G - 1) / MLA_DEC_G;
+    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
+    if (tid == 0) {
+        for (int i = 0; i < 2; i++) {
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"((unsigned)__cvta_generic_to_shared(full + i)),
+                         "r"(128));
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"((unsigned)__cvta_generic_to_shared(empty + i)),
+                         "r"(256));
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (w < 4) {
+        // ---- producer: rows 16w .. 16w + 15 of every chunk; lane l (and l ^ 16) looks up row 16w + l % 16
+        if (PREG) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PREG));
+        const int rr = 16 * w + (lane & 15);
+        int gc = 0; /* chunks of this block so far: tile gc & 1, its fill / use count gc >> 1 */
+        for (int item = blockIdx.x; item < n_items; item += gridDim.x) {
+            const wg_item x = wg_decode(a, item, groups, S);
+            // the item's first four chunks' positions (independent loads), then their pool
+            // rows; the first two chunks' rows go to L2 at once
+            int pp[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const int j = (x.ch0 + k) * WG_P + rr;
+                pp[k] = -1;
+                if (x.ch0 + k < x.ch1 && j < x.n) pp[k] = a.sel_pos ? a.sel_pos[(int64_t)x.t * a.sel_stride + j] : j;
+            }
+            int id3[3];
+#pragma unroll
+            for (int k = 0; k < 3; k++) {
+                id3[k] = -1;
+                if (pp[k] >= 0 && pp[k] <= x.pos) {
+                    const int64_t row = a.idx.slot_table[x.sbase + pp[k]];
+                    id3[k] = row >= 0 && row < a.pool_rows ? (int)row : -1;
+                }
+            }
+            int idA = id3[0], idB = id3[1], idC = id3[2], pD = pp[3];
+            wg_prefetch(a, idA, lane);
+            wg_prefetch(a, idB, lane);
+            for (int c = x.ch0; c < x.ch1; c++, gc++) {
+                const int b = gc & 1;
+                char *tile = kv + b * WG_OPND;
+#pragma unroll 1
+                for (int rb = 0; rb < 16 / RB; rb++) {
+                    float4 v[RB][5];
+#pragma unroll
+                    for (int k = 0; k < RB; k++) {
+                        const int id = __shfl_sync(0xffffffffu, idA, RB * rb + k);
+                        const float4 *lr = (const float4 *)(a.lat + (int64_t)(id < 0 ? 0 : id) * a.ls0);
+                        const float4 *pr = (const float4 *)(a.kpe + (int64_t)(id < 0 ? 0 : id) * a.ps0);
+#pragma unroll
+                        for (int i = 0; i < 5; i++) {
+                            const int c4 = lane + 32 * i;
+                            v[k][i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                            if (id >= 0 && c4 < WG_C4) v[k][i] = __ldg(c4 < WG_R / 4 ? lr + c4 : pr + (c4 - WG_R / 4));
+                        }
+                    }
+                    if (rb == 0) {
+                        wg_prefetch(a, idC, lane);                                  /* chunk c + 2 */
+                        if (gc >= 2) wg_mwait(empty + b, ((gc >> 1) + 1) & 1); /* its last use consumed */
+                    }
+#pragma unroll
+                    for (int k = 0; k < RB; k++) {
+                        const int row = 16 * w + RB * rb + k;
+#pragma unroll
+                        for (int i = 0; i < 5; i++) {
+                            const int c4 = lane + 32 * i;
+                            if (c4 < WG_C4)
+                                *(uint2 *)(tile + wg_off(row, c4)) =
+                                    make_uint2(mma_pack(v[k][i].x, v[k][i].y), mma_pack(v[k][i].z, v[k][i].w));
+                        }
+                    }
+                }
+                if (lane < 16) ring[b * WG_P + rr] = idA;
+                wg_proxy(); /* this thread's tile stores, before the tensor cores read them */
+                wg_arrive(full + b);
+                // the lookups move one chunk on: slot of chunk c + 3 (its position loaded an
+                // iteration ago), position of chunk c + 4
+                idA = idB, idB = idC, idC = -1;
+                const int j = (c + 3) * WG_P + rr;
+                if (pD >= 0 && pD <= x.pos && c + 3 < x.ch1 && j < x.n) {
+                    const int64_t row = a.idx.slot_table[x.sbase + pD];
+                    idC = row >= 0 && row < a.pool_rows ? (int)row : -1;
+                }
+                const int j4 = j + WG_P;
+                pD = -1;
+                if (c + 4 < x.ch1 && j4 < x.n) pD = a.sel_pos ? a.sel_pos[(int64_t)x.t * a.sel_stride + j4] : j4;
+            }
+        }
+        return;
+    }
+
+    // ---- consumers: warpgroup cw = 0, 1 owns output columns 256cw .. 256cw + 255
+    if (CREG) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CREG));
+    const int ct = tid - 128, cw = ct >> 7, w4 = (ct >> 5) & 3, g4 = lane >> 2, q4 = lane & 3;
+    const float sl2 = a.scale * WG_LOG2E;
+    const uint32_t qa = (uint32_t)__cvta_generic_to_shared(qs), ka = (uint32_t)__cvta_generic_to_shared(kv);
+    int gc = 0;
+    for (int item = blockIdx.x; item < n_items; item += gridDim.x) {
+        const wg_item x = wg_decode(a, item, groups, S);
+        /* a later item: both consumer warpgroups are past the last one's S wgmmas (q is free) */
+        if (item != (int)blockIdx.x) asm volatile("bar.sync 1, 256;\n" ::: "memory");
+        if (a.two == 2) wg_load_q<9, 2>(a, qs, x.t, x.h0, ct);
+        else wg_load_q<18, 1>(a, qs, x.t, x.h0, ct);
+        wg_proxy();
+        asm volatile("bar.sync 1, 256;\n" ::: "memory");
+
+        float o[128];
+#pragma unroll
+        for (int i = 0; i < 128; i++) o[i] = 0.0f;
+        float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f; /* rows g4, g4 + 8; m in log2 units */
+        for (int c = x.ch0; c < x.ch1; c++, gc++) {
+            const int b = gc & 1;
+            const uint32_t tb = ka + b * WG_OPND;
+            wg_mwait(full + b, (gc >> 1) & 1);
+            float sc[32];
+#pragma unroll
+            for (int i = 0; i < 32; i++) sc[i] = 0.0f;
+            wg_fence();
+#pragma unroll
+            for (int kt = 0; kt < 9; kt++)
+#pragma unroll
+                for (int ks = 0; ks < 4; ks++)
+                    wg_ss64(sc, wg_desc_k(qa + kt * WG_TILE + ks * 32), wg_desc_k(tb + kt * WG_TILE + ks * 32));
+            wg_commit();
+            wg_wait0();
+#pragma unroll
+            for (int i = 0; i < 32; i++) wg_pin(sc[i]);
+            // scores of rows g4 / g4 + 8 (heads 16w4 + ...) at columns 8i + 2q4 + e; unattended -inf
+            const int *rid = ring + b * WG_P;
+            float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const bool ok = rid[8 * i + 2 * q4 + e] >= 0;
+                    sc[4 * i + e] = ok ? sc[4 * i + e] * sl2 : -INFINITY;
+                    sc[4 * i + 2 + e] = ok ? sc[4 * i + 2 + e] * sl2 : -INFINITY;
+                    mx0 = fmaxf(mx0, sc[4 * i + e]);
+                    mx1 = fmaxf(mx1, sc[4 * i + 2 + e]);
+                }
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+            const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+            const float c0 = m0 == -INFINITY ? 0.0f : exp2f(m0 - n0), c1 = m1 == -INFINITY ? 0.0f : exp2f(m1 - n1);
+            m0 = n0, m1 = n1;
+            float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    float &y0 = sc[4 * i + e], &y1 = sc[4 * i + 2 + e];
+                    y0 = y0 == -INFINITY ? 0.0f : exp2f(y0 - n0);
+                    y1 = y1 == -INFINITY ? 0.0f : exp2f(y1 - n1);
+                    s0 += y0, s1 += y1;
+                }
+            l0 = l0 * c0 + s0, l1 = l1 * c1 + s1; /* this thread's part of the row sums */
+#pragma unroll
+            for (int i = 0; i < 32; i++) {
+                o[4 * i] *= c0, o[4 * i + 1] *= c0;
+                o[4 * i + 2] *= c1, o[4 * i + 3] *= c1;
+            }
+            uint32_t pa[4][4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                pa[j][0] = mma_pack(sc[8 * j], sc[8 * j + 1]);
+                pa[j][1] = mma_pack(sc[8 * j + 2], sc[8 * j + 3]);
+                pa[j][2] = mma_pack(sc[8 * j + 4], sc[8 * j + 5]);
+                pa[j][3] = mma_pack(sc[8 * j + 6], sc[8 * j + 7]);
+            }
+            wg_fence();
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                wg_rs256(o, pa[j][0], pa[j][1], pa[j][2], pa[j][3],
+                         wg_desc_mn(tb + 4 * cw * WG_TILE + j * 2048, WG_TILE, 1024));
+            wg_commit();
+            wg_wait0();
+#pragma unroll
+            for (int i = 0; i < 128; i++) wg_pin(o[i]);
+            wg_arrive(empty + b);
+        }
+
+        // outputs straight from the accumulators: row g4 / g4 + 8, columns 256cw + 8i + 2q4 + 0/1
+        l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+        l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int h = x.h0 + 16 * w4 + g4 + 8 * hf;
+            if (h >= a.H) continue;
+            const float l = hf ? l1 : l0, m = hf ? m1 : m0;
+            const int cb = 256 * cw + 2 * q4;
+            if (S > 1) {
+                float *pr = a.part + (((int64_t)x.t * a.H + h) * S + x.s) * (2 + WG_R);
+                if (cw == 0 && q4 == 0) pr[0] = m == -INFINITY ? m : m / WG_LOG2E, pr[1] = l;
+#pragma unroll
+                for (int i = 0; i < 32; i++)
+                    *(float2 *)(pr + 2 + cb + 8 * i) = make_float2(o[4 * i + 2 * hf], o[4 * i + 2 * hf + 1]);
+            } else {
+                const float f = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+                for (int i = 0; i < 32; i++) {
+                    const float y0 = o[4 * i + 2 * hf] * f, y1 = o[4 * i + 2 * hf + 1] * f;
+                    const int col = cb + 8 * i;
+                    if (a.ob) {
+                        const uint16_t hx = nb_d_to_bf16(y0), hy = nb_d_to_bf16(y1);
+                        const uint16_t lx = nb_d_to_bf16(y0 - nb_d_bf16(hx)), ly = nb_d_to_bf16(y1 - nb_d_bf16(hy));
+                        uint16_t *oh = a.ob + ((int64_t)h * (a.ob1 ? 1 : 2) * a.T + x.t) * WG_R + col;
+                        *(uint32_t *)oh = hx | (uint32_t)hy << 16;
+                        if (!a.ob1) *(uint32_t *)(oh + (int64_t)a.T * WG_R) = lx | (uint32_t)ly << 16;
+                    } else {
+                        *(float2 *)(a.o32 + ((int64_t)h * a.T + x.t) * WG_R + col) = make_float2(y0, y1);
+                    }
+                }
+            }
+        }
+    }
+#endif
+}
+
+extern "C" int nb_cuda_mla_wg_ok(int r, int rope, int cc_major, int max_smem)
+{
+    return r == WG_R && rope == WG_ROPE && cc_major == 9 && max_smem >= WG_SMEM;
+}
+
+static int g_rb; /* nb_cuda_mla_wg_force_rows; 0: NIBBLE_CUDA_MLA_WG_RB, else WG_RB_DEFAULT */
+
+extern "C" void nb_cuda_mla_wg_force_rows(int rb) { g_rb = rb == 2 || rb == 4 ? rb : 0; }
+
+static int g_persist = -1; /* nb_cuda_mla_wg_force_persist; -1: NIBBLE_CUDA_MLA_WG_PERSIST, else default */
+
+extern "C" void nb_cuda_mla_wg_force_persist(int on) { g_persist = on == 0 || on == 1 ? on : -1; }
+
+template <int RB, int PREG, int CREG>
+static nb_status wg_launch(const mla_args *a, int n_items, int S, int grid, int device, cudaStream_t stream)
+{
+    static int attr_dev = -1; /* the opt-in shared memory, set once per process and device */
+    if (attr_dev != device) {
+        NB_CUDA_TRY(cudaFuncSetAttribute(k_mla_wg<RB, PREG, CREG>, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM));
+        NB_CUDA_TRY(cudaFuncSetAttribute(k_mla_wg<RB, PREG, CREG>, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
+        attr_dev = device;
+    }
+    k_mla_wg<RB, PREG, CREG><<<(unsigned)grid, WG_THREADS, WG_SMEM, stream>>>(*a, S, n_items);
+    NB_CUDA_LAUNCHED("mla_attention wg");
+    return NB_OK;
+}
+
+extern "C" nb_status nb_cuda_mla_wg_launch(const mla_args *a, int groups, int S, int device, cudaStream_t stream)
+{
+    if (a->r != WG_R || a->rope != WG_ROPE || !a->vec)
+        return nb_error(NB_ERR_UNSUPPORTED, "mla_attention wg: rank %d / rope %d / unaligned rows not taken", a->r,
+                        a->rope);
+    int rb = g_rb;
+    if (!rb) {
+        const char *e = getenv("NIBBLE_CUDA_MLA_WG_RB");
+        rb = e && !strcmp(e, "2") ? 2 : e && !strcmp(e, "4") ? 4 : WG_RB_DEFAULT;
+    }
+    int persist = g_persist;
+    if (persist < 0) {
+        const char *e = getenv("NIBBLE_CUDA_MLA_WG_PERSIST");
+        persist = e && (!strcmp(e, "0") || !strcmp(e, "1")) ? e[0] - '0' : WG_PERSIST_DEFAULT;
+    }
+    static int sm_dev = -1, sms = 0;
+    if (sm_dev != device) {
+        NB_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+        sm_dev = device;
+    }
+    const int64_t n_items = (int64_t)a->T * groups * S;
+    if (n_items > 0x7fffffff) return nb_error(NB_ERR_UNSUPPORTED, "mla_attention wg: %lld work items", (long long)n_items);
+    const int grid = persist && n_items > sms ? sms : (int)n_items;
+    /* registers: 168 x 3 per (producer, 2 consumer) thread triple; the consumers need 177-192 */
+    if (rb == 2) return wg_launch<2, 72, 216>(a, (int)n_items, S, grid, device, stream);
+    return wg_launch<4, 120, 192>(a, (int)n_items, S, grid, device, stream);
+}
