@@ -297,6 +297,9 @@ __device__ __forceinline__ void pc_item(const moe_params &p, char *ring, uint64_
     uint32_t ar[2][4], br[2][4];  // A fragments of the two k-steps in flight
 #pragma unroll 1
     for (int sl = 0; sl < slices; sl++, cnt++) {
+        // Equal in every lane already; the broadcast lets the compiler keep the stage address and
+        // the wgmma descriptors in uniform registers (without it: 4 R2UR per k-step in SASS).
+        cnt = __shfl_sync(0xffffffffu, cnt, 0);
         const int st = cnt % PC_STAGES;
         if (sl) pc_bar_wait(full + st, (cnt / PC_STAGES) & 1);
         fence_proxy_async();  // the token rows came by cp.async (generic proxy); wgmma reads them
@@ -395,7 +398,13 @@ __device__ __forceinline__ void pc_consumer(const moe_params &p, char *ring, uin
     for (;;) {
         const int st = cnt % PC_STAGES;
         pc_bar_wait(full + st, (cnt / PC_STAGES) & 1);
-        const int4 m0 = meta[st][0], m1 = meta[st][1];
+        // Broadcast from lane 0 (every lane read the same values): the compiler then knows the
+        // item loop, and with it the ring counter, to be warp-uniform.
+        int4 m0 = meta[st][0], m1 = meta[st][1];
+        m0.x = __shfl_sync(0xffffffffu, m0.x, 0), m0.y = __shfl_sync(0xffffffffu, m0.y, 0);
+        m0.z = __shfl_sync(0xffffffffu, m0.z, 0), m0.w = __shfl_sync(0xffffffffu, m0.w, 0);
+        m1.x = __shfl_sync(0xffffffffu, m1.x, 0), m1.y = __shfl_sync(0xffffffffu, m1.y, 0);
+        m1.z = __shfl_sync(0xffffffffu, m1.z, 0);
         if (m0.x == PC_MSG_END) break;
         if (m0.x == PC_MSG_PRE) {
             pc_bar_arrive(empty + st);
