@@ -21,8 +21,9 @@
 //     barrier once the wgmmas reading it have completed; no __syncthreads in the loop.
 //   Items that are not matrix work (zeroing out, rewriting x in wgmma K order) go through the
 //   ring as data-less message stages and are done by the 512 consumer threads.
-// Measured on an H200 (bench/RESULTS.md, issue 8, fourth session): 0.6-10 % slower than the
-// 16-warp kernel at 256-1024 tokens; with the producer's weight loads switched off
+// Measured on an H200 (bench/RESULTS.md, issue 8, fourth session; the version before the
+// consumers' lane-0 broadcasts, which were added after and not re-measured): 0.6-10 % slower
+// than the 16-warp kernel at 256-1024 tokens; with the producer's weight loads switched off
 // (NIBBLE_MOE_WG_PC_LAB=1, timing only) the consumers alone take about as long as the whole
 // 16-warp kernel, so the multiplying warps, not the loads, are the limit.
 // Tests: tests/cuda_moe/test_moe.c moe_wgpc; timing: scripts/device-moe-pc.sh (bench-moe with
