@@ -422,9 +422,14 @@ __global__ void __launch_bounds__(WG_THREADS, 1) k_mla_wg(mla_args a, int S, int
             }
         }
     }
+#else
+    __trap(); // launched only on sm_90 devices of an sm_90a build (nb_cuda_mla_wg_ok: compute capability 9)
 #endif
 }
 
+// The build must carry sm_90a code for such a device (NIBBLE_CUDA_ARCHS holds 90a by default):
+// a plain sm_90 / PTX build traps in the kernel instead of computing (same as the MoE wgmma
+// kernels).
 extern "C" int nb_cuda_mla_wg_ok(int r, int rope, int cc_major, int max_smem)
 {
     return r == WG_R && rope == WG_ROPE && cc_major == 9 && max_smem >= WG_SMEM;
