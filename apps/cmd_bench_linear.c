@@ -37,7 +37,7 @@ int nb_cmd_bench_linear(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: nibble bench-linear [--tokens 1,2,10] [--lt-tokens 512,4096|none] [--ab]\n"
+            printf("usage: nibble bench-linear [--tokens 1,2,10] [--lt-tokens 512,4096|none] [--ab] [--only S]\n"
                    "                           [--format bf16|nvfp4|all]\n"
                    "                           [--sweep] [--lt-host] [--lt-cold] [--iters 10]\n"
                    "  --tokens  decode token counts 1..64 (GEMV, or the skinny tensor-core GEMM for BF16\n"
@@ -48,6 +48,7 @@ int nb_cmd_bench_linear(int argc, char **argv)
                    "            timed between two events (first use vs cached; NIBBLE_CUDA_GEMM_WARM=0: no warm-up)\n"
                    "  --sweep   also time each forced GEMV K split (1, 2, 4, 8 warps per row group), with and\n"
                    "            without activations staged through shared memory (with --ab: every mmr K split)\n"
+                   "  --only S  only the shapes whose name contains S (e.g. lm_head, \"shared mlp\")\n"
                    "  --ab      BF16 decode rows as old (the previous kernels, no PDL) against each new\n"
                    "            variant: vector GEMV v2, mma with one term, mmr (register-fed mma), PDL on/off\n");
             return 0;
@@ -85,6 +86,9 @@ int nb_cmd_bench_linear(int argc, char **argv)
             p.bf16 = !strcmp(v, "bf16") || !strcmp(v, "all");
             p.nvfp4 = !strcmp(v, "nvfp4") || !strcmp(v, "all");
             bad = !p.bf16 && !p.nvfp4;
+        } else if (!strcmp(a, "--only")) {
+            bad = strlen(v) >= sizeof p.only;
+            if (!bad) strcpy(p.only, v);
         } else if (!strcmp(a, "--iters")) {
             p.iters = atoi(v);
             bad = p.iters < 1 || p.iters > 64;

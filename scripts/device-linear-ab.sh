@@ -7,7 +7,8 @@
 #   there: run(command="scripts/device-linear-ab.sh", carry=["build-L4/dev", ".devlibs-cuda"])
 # PARTS (default "tests bench ab"): tests = test_cuda_linear (all cases) and the other cases
 # of test_cuda_vs_cpu; golden = the fixtures through score --backend cuda; bench = bench-linear
-# --ab; ab = bench-offline per setting of AB (";"-separated lists of VAR=value).
+# --ab; ab = bench-offline per setting of AB (";"-separated lists of VAR=value); GOLDEN_ENV:
+# VAR=value settings for the golden part.
 # Logs go to $OUT, a summary to stdout.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -44,7 +45,8 @@ for p in ${PARTS:-tests bench ab}; do
         echo "test_cuda_vs_cpu: exit $e; $(tail -1 "$OUT/test_cuda_vs_cpu.log")" | tee -a "$SUM"
       fi ;;
     golden)
-      NIBBLE_BIN=$wrap timeout 200 python3 tests/cuda_ops/cuda_golden_check.py >"$OUT/golden.log" 2>&1 || rc=1
+      # shellcheck disable=SC2086 # GOLDEN_ENV: a list of VAR=value assignments
+      env ${GOLDEN_ENV:-} NIBBLE_BIN=$wrap timeout 200 python3 tests/cuda_ops/cuda_golden_check.py >"$OUT/golden.log" 2>&1 || rc=1
       tail -12 "$OUT/golden.log" | tee -a "$SUM" ;;
     bench)
       timeout "${BENCH_TIMEOUT:-120}" "$wrap" bench-linear --ab --format bf16 --lt-tokens none \

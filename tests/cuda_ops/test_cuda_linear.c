@@ -545,8 +545,9 @@ static void test_linear_mmr(void)
     nb_cuda_linear_force_sk(0);
 }
 
-/* The second GEMV version (PDL-aware, 64 registers at 1-2 BF16 tokens) and the mma kernel
- * with PDL and with one BF16 term, each with PDL forced on and off, split-K included. */
+/* The second GEMV version (PDL-aware, 64 registers at 1-2 BF16 tokens, four rows per warp
+ * when forced) and the mma kernel with PDL and with one BF16 term, each with PDL forced on
+ * and off, split-K included. */
 static void test_linear_v2(void)
 {
     tu_seed(19);
@@ -564,6 +565,24 @@ static void test_linear_v2(void)
         nb_cuda_linear_force_ksplit(8);
         linear_case(NB_WFMT_BF16, 2, 45, 8192, 1, NB_TOL_F32);
         nb_cuda_linear_force_ksplit(0);
+        /* the automatic choice: four rows above 1024 rows (not the router's 256) */
+        NB_CHECK(nb_cuda_gemv_plan_for(&(nb_weight){.fmt = NB_WFMT_BF16, .n = 256, .k = 6144}, 2, 132).rows_per_warp == 2);
+        if (!getenv("NIBBLE_CUDA_GEMV_R4"))
+            NB_CHECK(nb_cuda_gemv_plan_for(&(nb_weight){.fmt = NB_WFMT_BF16, .n = 2784, .k = 6144}, 1, 132)
+                         .rows_per_warp == (NB_CUDA_GEMV_R4_DEFAULT >= 1 ? 4 : 2));
+        /* four rows per warp at 1-2 tokens: row counts that leave 1-3 rows in the last group */
+        nb_cuda_linear_force_gemv_r4(2);
+        for (int T = 1; T <= 2; T++) {
+            NB_CHECK(nb_cuda_gemv_plan_for(&(nb_weight){.fmt = NB_WFMT_BF16, .n = 203, .k = 2048}, T, 132).rows_per_warp == 4);
+            linear_case(NB_WFMT_BF16, T, 203, 2048 + 32, T - 1, NB_TOL_F32);
+            linear_case(NB_WFMT_BF16, T, 45, 8192 + 8, 1, NB_TOL_F32); /* a partial last step */
+            linear_case(NB_WFMT_BF16, T, 6144, 16384, 0, NB_TOL_F32);
+            nb_cuda_linear_force_ksplit(8);
+            linear_case(NB_WFMT_BF16, T, 46, 8192, 1, NB_TOL_F32);
+            nb_cuda_linear_force_ksplit(0);
+        }
+        mlp_adjacent_case(2, 512, 384, NB_TOL_F32);
+        nb_cuda_linear_force_gemv_r4(-1);
         nb_cuda_linear_force_mma(0);
         for (int terms = 1; terms <= 2; terms++) {
             nb_cuda_linear_force_mma_terms(terms);
@@ -583,6 +602,44 @@ static void test_linear_v2(void)
     nb_cuda_linear_force_sk(0);
 }
 
+/* The MLP's down projection reading SiLU(gate) * up from the adjacent pairs (linear.cu): on
+ * the vector GEMV (1-2 tokens; forced to every T), the mma kernel (3..16 tokens, one and two
+ * terms), with PDL on and off, and the separate pass (fused off; GEMV v1 where the fused
+ * GEMV cannot run) for comparison. */
+static void test_mlp_silu(void)
+{
+    tu_seed(20);
+    nb_cuda_linear_force_sk(1);
+    nb_cuda_linear_force_mmr(0);
+    const int ts[] = {1, 2, 3, 5, 10, 16};
+    for (int pdl = 1; pdl >= 0; pdl--) {
+        nb_cuda_linear_force_pdl(pdl);
+        for (int fused = 1; fused >= 0; fused--) {
+            nb_cuda_mlp_force_silu_fused(fused);
+            for (size_t i = 0; i < NB_ARRAY_LEN(ts); i++) mlp_adjacent_case(ts[i], 512 + 32 * (int)i, 384, NB_TOL_F32);
+        }
+    }
+    nb_cuda_linear_force_pdl(-1);
+    nb_cuda_mlp_force_silu_fused(1);
+    nb_cuda_linear_force_mma_terms(2);
+    mlp_adjacent_case(10, 6144, 2048, NB_TOL_F32); /* GLM-5's shared expert, split-K mma */
+    nb_cuda_linear_force_mma_terms(0);
+    mlp_adjacent_case(10, 6144, 2048, NB_TOL_F32);
+    mlp_adjacent_case(2, 6144, 2048, NB_TOL_F32);
+    nb_cuda_linear_force_mma(1); /* every T on the GEMV (the fused read at 3..16 tokens too) */
+    for (size_t i = 0; i < NB_ARRAY_LEN(ts); i++) mlp_adjacent_case(ts[i], 1024, 200, NB_TOL_F32);
+    nb_cuda_linear_force_gemv_r4(0);
+    mlp_adjacent_case(2, 1024, 200, NB_TOL_F32);
+    nb_cuda_linear_force_gemv_r4(-1);
+    nb_cuda_linear_force_gemv_v2(0); /* the first GEMV version: the separate pass */
+    mlp_adjacent_case(2, 1024, 200, NB_TOL_F32);
+    nb_cuda_linear_force_gemv_v2(-1);
+    nb_cuda_linear_force_mma(0);
+    nb_cuda_mlp_force_silu_fused(-1);
+    nb_cuda_linear_force_mmr(-1);
+    nb_cuda_linear_force_sk(0);
+}
+
 static const nb_test tests[] = {
     {"linear_gemv", test_linear_gemv},
     {"linear_gemv_vec", test_linear_gemv_vec},
@@ -594,6 +651,7 @@ static const nb_test tests[] = {
     {"mlp_fused", test_mlp_fused},
     {"linear_mmr", test_linear_mmr},
     {"linear_v2", test_linear_v2},
+    {"mlp_silu", test_mlp_silu},
 };
 
 int main(int argc, char **argv)

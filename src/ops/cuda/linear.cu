@@ -24,6 +24,7 @@
 #include "base/log.h"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/linear.h"
+#include "ops/cuda/linear_dev.cuh"
 
 #define NB_GEMV_WARPS 4
 #define NB_GEMV_TT 16 /* tokens per pass over the weight: a decode batch of up to 16 reads each weight once */
@@ -403,14 +404,41 @@ __global__ void k_silu_mul(float *g, const float *u, int64_t n)
     }
 }
 
-// Rows of [T, 2I] holding gate then up: the gate half becomes SiLU(gate) * up.
+// Rows of [T, 2I] holding gate then up: the gate half becomes SiLU(gate) * up. Launched as
+// a programmatic dependent when the linears are (so the down projection behind it, and this
+// kernel behind gate|up, start during the tail of the kernel ahead).
 __global__ void k_silu_mul_pairs(float *gu, int64_t T, int64_t I)
 {
+    nb_lin_pdl_wait();
+    nb_lin_pdl_trigger();
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < T * I; e += (int64_t)gridDim.x * blockDim.x) {
         float *g = gu + (e / I) * 2 * I + e % I;
         const float a = g[0];
         g[0] = a / (1.0f + expf(-a)) * g[I];
     }
+}
+
+extern "C" int nb_cuda_linear_mma_silu_can(const nb_weight *w, const float *x, int64_t ldx, int64_t T);
+extern "C" nb_status nb_cuda_linear_mma_silu(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T,
+                                             const nb_weight *w, float *y, int64_t ldy, int accumulate);
+
+static int g_force_silu = -1;
+
+extern "C" void nb_cuda_mlp_force_silu_fused(int mode) { g_force_silu = mode >= 0 && mode <= 2 ? mode : -1; }
+
+// The down projection of the adjacent gate|up pair computes SiLU(gate) * up while it reads its
+// activations instead of after a separate pass over them: 0 never, 1 on the vector GEMV v2 and
+// the mma routes, 2 on the mma route only (the GEMV recomputes the SiLU in every warp that
+// reads an activation: measured slower at 1-2 tokens, bench/RESULTS.md).
+static int silu_fused_mode(void)
+{
+    static int env = -1;
+    if (env < 0) {
+        const char *e = getenv("NIBBLE_CUDA_MLP_SILU_FUSED");
+        env = e && *e ? atoi(e) : NB_CUDA_MLP_SILU_FUSED_DEFAULT;
+        if (env < 0 || env > 2) env = NB_CUDA_MLP_SILU_FUSED_DEFAULT;
+    }
+    return g_force_silu >= 0 ? g_force_silu : env;
 }
 
 // gate and up as adjacent rows of one dense BF16 allocation (model/upload.c lays the device
@@ -459,8 +487,23 @@ extern "C" nb_status nb_cuda_mlp(nb_ops_ctx *ctx, const nb_tensor *x, const nb_w
         gu.n = 2 * I;
         gu.flags = gate->flags | up->flags;
         NB_TRY(nb_cuda_linear_raw(ctx, xp, x->stride[0], T, &gu, g, 2 * I, 0));
+        const int silu = silu_fused_mode();
+        if (silu) {
+            // down reads SiLU(gate) * up straight from the pairs: no separate pass.
+            const int route = pick(down, g, 2 * I, T);
+            if (route == 2 && nb_cuda_linear_mma_silu_can(down, g, 2 * I, T))
+                return nb_cuda_linear_mma_silu(ctx, g, 2 * I, T, down, (float *)out->data, out->stride[0], accumulate);
+            if (silu == 1 && route == 0 && nb_cuda_gemv_vec_silu(ctx, g, 2 * I, T, down, (float *)out->data, out->stride[0],
+                                                    accumulate)) {
+                NB_CUDA_LAUNCHED("mlp (down, SiLU of the pairs fused)");
+                return NB_OK;
+            }
+        }
         int blocks = (int)((T * I + 255) / 256);
-        k_silu_mul_pairs<<<blocks < 65535 ? blocks : 65535, 256, 0, nb_cuda_stream(ctx)>>>(g, T, I);
+        int64_t t = T, i = I;
+        void *args[] = {&g, &t, &i};
+        nb_lin_launch((const void *)k_silu_mul_pairs, dim3(blocks < 65535 ? blocks : 65535), dim3(256), 0,
+                      nb_cuda_stream(ctx), args, 1);
         NB_CUDA_LAUNCHED("mlp (silu of the pairs)");
         return nb_cuda_linear_raw(ctx, g, 2 * I, T, down, (float *)out->data, out->stride[0], accumulate);
     }

@@ -159,7 +159,7 @@ void nb_cuda_linear_force_mmr_unroll(int unroll);
  * weight streaming starts during the previous kernel's tail. On unless NIBBLE_CUDA_LINEAR_PDL=0
  * or NIBBLE_CUDA_PDL=0; force: -1 the environment, 0 off, 1 on. */
 #ifndef NB_CUDA_LINEAR_PDL_DEFAULT
-#define NB_CUDA_LINEAR_PDL_DEFAULT 0
+#define NB_CUDA_LINEAR_PDL_DEFAULT 1
 #endif
 int nb_cuda_linear_pdl_on(void);
 void nb_cuda_linear_force_pdl(int on);
@@ -168,9 +168,27 @@ void nb_cuda_linear_force_pdl(int on);
  * 2-token instance took 73 registers, 3 blocks). NIBBLE_CUDA_GEMV_V2=0 the previous kernel;
  * force: -1 the environment, 0 previous, 1 second version. */
 #ifndef NB_CUDA_GEMV_V2_DEFAULT
-#define NB_CUDA_GEMV_V2_DEFAULT 0
+#define NB_CUDA_GEMV_V2_DEFAULT 1
 #endif
 void nb_cuda_linear_force_gemv_v2(int on);
+/* With the second version, BF16 at up to max_tokens (0, 1, 2) tokens: four rows per warp and
+ * two steps in flight (instead of two and four), so each activation load serves twice the
+ * rows. NIBBLE_CUDA_GEMV_R4=0|1|2; force: -1 the environment, else max_tokens. */
+#ifndef NB_CUDA_GEMV_R4_DEFAULT
+#define NB_CUDA_GEMV_R4_DEFAULT 2
+#endif
+void nb_cuda_linear_force_gemv_r4(int max_tokens);
+
+/* The MLP with gate and up adjacent (one [2I, H] linear): down computes SiLU(gate) * up as it
+ * reads its activations instead of a separate pass. NIBBLE_CUDA_MLP_SILU_FUSED=0 off, 1 on the
+ * vector GEMV v2 and the mma kernel, 2 on the mma kernel only (other routes keep the pass).
+ * Default off: with one mma term it measured 35 us faster per 8-layer step at batch 10 and the
+ * GEMV form slower at 1-2 tokens; with the default two terms not measured. force: -1 the
+ * environment, else the mode. */
+#ifndef NB_CUDA_MLP_SILU_FUSED_DEFAULT
+#define NB_CUDA_MLP_SILU_FUSED_DEFAULT 0
+#endif
+void nb_cuda_mlp_force_silu_fused(int mode);
 
 /* BF16 copies cached for NB_WEIGHT_RESIDENT weights on a context: count and bytes. The
  * cache grows while free device memory stays above NIBBLE_CUDA_LINEAR_CACHE_RESERVE_MB

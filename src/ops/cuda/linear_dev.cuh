@@ -10,6 +10,11 @@
 
 #include "ops/cuda/linear.h"
 
+// The vector GEMV with activations SiLU(gate) * up read from rows [gate | up] of ldx >= 2 k
+// floats (linear_gemv.cu): 1 when it took the call (BF16, the second version, not staged).
+int nb_cuda_gemv_vec_silu(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T, const nb_weight *w, float *y,
+                          int64_t ldy, int accumulate);
+
 // 16 bytes of a weight row: read once per call, so not kept in L1.
 __device__ __forceinline__ uint4 nb_lin_ld_stream(const void *p)
 {

@@ -19,6 +19,8 @@
 //     block sum is multiplied by its E4M3 scale, the row by global_scale * 2^14 at the end.
 // Exercised by tests/cuda_ops/test_cuda_vs_cpu.c (linear_gemv*); timed by nibble bench-linear.
 #include <cuda_fp16.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/linear.h"
@@ -107,8 +109,10 @@ template <int U4> __device__ __forceinline__ int gv_swz(int64_t cl, int i)
 // tile's weights are loaded before the programmatic-dependent wait, and the BF16 1-2 token
 // instances are held to 64 registers (4 blocks of 8 warps per SM: the 2-token instance took
 // 73, so 3 blocks, 24 warps, where 1 token ran 32: the T = 2 rows ran ~10 % slower).
-template <int FMT, int TT, int R, int U, bool STG, int V>
-__global__ void __launch_bounds__(GV_WARPS * 32, (V && FMT == NB_WFMT_BF16 && TT <= 2 && !STG) ? 4 : 1)
+// SILU (BF16, not staged, V = 1): the activations are the gate halves of rows [gate | up] of
+// 2K floats (ldx >= 2K): each value read is SiLU(gate) * up, computed as the MLP's pass does.
+template <int FMT, int TT, int R, int U, bool STG, int V, bool SILU = false>
+__global__ void __launch_bounds__(GV_WARPS * 32, (V && FMT == NB_WFMT_BF16 && TT <= 2 && !STG) ? 4 : 0)
     k_gemv_vec(nb_weight w, const float *__restrict__ x, int64_t ldx,
                                                             int T, float *y, int64_t ldy, int accumulate, int W)
 {
@@ -175,7 +179,18 @@ __global__ void __launch_bounds__(GV_WARPS * 32, (V && FMT == NB_WFMT_BF16 && TT
             // Activation unit i (float4) of this chunk for token t.
             auto xu = [&](int t, int i) -> float4 {
                 if constexpr (STG) return xb[((int64_t)t * CW + cl) * U4 + gv_swz<U4>(cl, i)];
-                else return __ldg((const float4 *)(x + (int64_t)t * ldx + c * CE) + i);
+                else {
+                    const float *xs = x + (int64_t)t * ldx + c * CE;
+                    float4 a = __ldg((const float4 *)xs + i);
+                    if constexpr (SILU) {
+                        const float4 u = __ldg((const float4 *)(xs + w.k) + i);
+                        a.x = a.x / (1.0f + expf(-a.x)) * u.x;
+                        a.y = a.y / (1.0f + expf(-a.y)) * u.y;
+                        a.z = a.z / (1.0f + expf(-a.z)) * u.z;
+                        a.w = a.w / (1.0f + expf(-a.w)) * u.w;
+                    }
+                    return a;
+                }
             };
             if (FMT == NB_WFMT_BF16) {
 #pragma unroll
@@ -279,6 +294,39 @@ static size_t gv_stage_bytes(nb_wfmt f, int64_t T, int W, int U)
     return 2u * (size_t)T * (size_t)W * (size_t)U * 32u * ce * sizeof(float);
 }
 
+static int g_force_v2 = -1;
+
+extern "C" void nb_cuda_linear_force_gemv_v2(int on) { g_force_v2 = on < 0 ? -1 : !!on; }
+
+static int gv_v2_on(void)
+{
+    static int env = -1; // NIBBLE_CUDA_GEMV_V2=0|1: the previous / current kernel, for A/B runs
+    if (env < 0) {
+        const char *e = getenv("NIBBLE_CUDA_GEMV_V2");
+        env = e && *e ? strcmp(e, "0") != 0 : NB_CUDA_GEMV_V2_DEFAULT;
+    }
+    return g_force_v2 >= 0 ? g_force_v2 : env;
+}
+
+static int g_force_r4 = -1;
+
+extern "C" void nb_cuda_linear_force_gemv_r4(int max_tokens) { g_force_r4 = max_tokens >= 0 && max_tokens <= 2 ? max_tokens : -1; }
+
+// Four rows per warp (two 16-byte steps in flight per row) instead of two (four steps) for
+// BF16 in the second version at up to this many tokens (0, 1 or 2): the same bytes in flight
+// per warp, each activation load shared by twice the rows (at 2 tokens on long rows the
+// activations outgrow L1 and their L2 reads compete with the weights). NIBBLE_CUDA_GEMV_R4.
+static int gv_r4_max(void)
+{
+    static int env = -1;
+    if (env < 0) {
+        const char *e = getenv("NIBBLE_CUDA_GEMV_R4");
+        env = e && *e ? atoi(e) : NB_CUDA_GEMV_R4_DEFAULT;
+        if (env < 0 || env > 2) env = NB_CUDA_GEMV_R4_DEFAULT;
+    }
+    return g_force_r4 >= 0 ? g_force_r4 : env;
+}
+
 static int g_force_staged; // 0 auto, 1 off, 2 on
 
 extern "C" void nb_cuda_linear_force_staged(int mode) { g_force_staged = mode == 1 || mode == 2 ? mode : 0; }
@@ -290,12 +338,17 @@ extern "C" nb_cuda_gemv_plan nb_cuda_gemv_plan_for(const nb_weight *w, int64_t T
     p.vector = 1;
     p.tile_tokens = gv_tile(T);
     p.rows_per_warp = gv_rows(p.tile_tokens);
+    // Four rows per warp (gv_r4_max): on the H200 faster on every GLM-5 BF16 shape at 1-2
+    // tokens but the router (256 rows: too few warps), so automatically only above 1024 rows.
+    const int r4 = w->fmt == NB_WFMT_BF16 && T <= gv_r4_max() && g_force_staged != 2 && gv_v2_on() &&
+                   (g_force_r4 >= 0 || w->n > 1024);
+    if (r4) p.rows_per_warp = 4;
     // The ladder below was read off `nibble bench-linear --sweep` on the H200 (bench/RESULTS.md).
     // Staged activations: NVFP4 (a lane's 128 activation bytes per token otherwise cost a
     // full L1 pass per load: staging doubled NVFP4 throughput); BF16 reads them from L1.
     p.staged = w->fmt == NB_WFMT_NVFP4;
     if (g_force_staged) p.staged = g_force_staged == 2;
-    const int U = gv_unroll(w->fmt, p.tile_tokens);
+    const int U = r4 ? 2 : gv_unroll(w->fmt, p.tile_tokens);
     const int64_t ce = w->fmt == NB_WFMT_BF16 ? 8 : 32;
     const int64_t steps = w->k / ce / 32; // 512-byte warp steps per row
     const int64_t groups = (w->n + p.rows_per_warp - 1) / p.rows_per_warp;
@@ -321,64 +374,71 @@ extern "C" nb_cuda_gemv_plan nb_cuda_gemv_plan_for(const nb_weight *w, int64_t T
     return p;
 }
 
-static int g_force_v2 = -1;
-
-extern "C" void nb_cuda_linear_force_gemv_v2(int on) { g_force_v2 = on < 0 ? -1 : !!on; }
-
-static int gv_v2_on(void)
-{
-    static int env = -1; // NIBBLE_CUDA_GEMV_V2=0|1: the previous / current kernel, for A/B runs
-    if (env < 0) {
-        const char *e = getenv("NIBBLE_CUDA_GEMV_V2");
-        env = e && *e ? strcmp(e, "0") != 0 : NB_CUDA_GEMV_V2_DEFAULT;
-    }
-    return g_force_v2 >= 0 ? g_force_v2 : env;
-}
-
-template <int FMT, int TT, int V>
+// R4: four rows per warp, two steps in flight (gv_r4_max), BF16 at 1-2 tokens, V = 1 only.
+// SILU: BF16, V = 1, not staged (k_gemv_vec).
+template <int FMT, int TT, int V, bool R4 = false, bool SILU = false>
 static cudaError_t gv_launch_b(const nb_weight *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
                                int accumulate, const nb_cuda_gemv_plan *p, cudaStream_t s)
 {
-    constexpr int R = TT <= 2 ? 2 : 4;
-    constexpr int U = FMT == NB_WFMT_BF16 ? (TT <= 4 ? 4 : 2) : (TT <= 2 ? 2 : 1);
+    constexpr int R = R4 || TT > 2 ? 4 : 2;
+    constexpr int U = R4 ? 2 : FMT == NB_WFMT_BF16 ? (TT <= 4 ? 4 : 2) : (TT <= 2 ? 2 : 1);
     int W = p->ksplit;
     const int64_t per_block = (int64_t)(GV_WARPS / W) * R;
     const unsigned blocks = (unsigned)((w->n + per_block - 1) / per_block);
     nb_weight wv = *w;
     void *args[] = {&wv, (void *)&x, &ldx, &T, &y, &ldy, &accumulate, &W};
-    if (p->staged) {
+    if (!SILU && p->staged) {
         static int optin; // the staged tile may pass the 48 KB default
         if (!optin) {
-            cudaFuncSetAttribute(k_gemv_vec<FMT, TT, R, U, true, V>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+            cudaFuncSetAttribute(k_gemv_vec<FMT, TT, R, U, true, V, SILU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  GV_STAGE_OPTIN_BYTES);
             optin = 1;
         }
         const size_t smem = gv_stage_bytes((nb_wfmt)FMT, T, W, U);
-        return nb_lin_launch((const void *)k_gemv_vec<FMT, TT, R, U, true, V>, dim3(blocks), dim3(GV_WARPS * 32),
+        return nb_lin_launch((const void *)k_gemv_vec<FMT, TT, R, U, true, V, SILU>, dim3(blocks), dim3(GV_WARPS * 32),
                              smem, s, args, V);
     }
-    return nb_lin_launch((const void *)k_gemv_vec<FMT, TT, R, U, false, V>, dim3(blocks), dim3(GV_WARPS * 32), 0, s,
+    return nb_lin_launch((const void *)k_gemv_vec<FMT, TT, R, U, false, V, SILU>, dim3(blocks), dim3(GV_WARPS * 32), 0, s,
                          args, V);
 }
 
 template <int FMT, int TT>
 static void gv_launch(const nb_weight *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy, int accumulate,
-                      const nb_cuda_gemv_plan *p, cudaStream_t s)
+                      const nb_cuda_gemv_plan *p, cudaStream_t s, int silu)
 {
+    if constexpr (FMT == NB_WFMT_BF16) {
+        const bool r4 = TT <= 2 && p->rows_per_warp == 4 && !p->staged; // the plan chose four rows (gv_r4_max)
+        if (silu) { // nb_cuda_gemv_vec_silu checked: BF16, v2, not staged
+            if constexpr (TT <= 2) {
+                if (r4) {
+                    gv_launch_b<FMT, TT, 1, true, true>(w, x, ldx, T, y, ldy, accumulate, p, s);
+                    return;
+                }
+            }
+            gv_launch_b<FMT, TT, 1, false, true>(w, x, ldx, T, y, ldy, accumulate, p, s);
+            return;
+        }
+        if constexpr (TT <= 2) {
+            if (r4) {
+                gv_launch_b<FMT, TT, 1, true>(w, x, ldx, T, y, ldy, accumulate, p, s);
+                return;
+            }
+        }
+    }
     if (gv_v2_on()) gv_launch_b<FMT, TT, 1>(w, x, ldx, T, y, ldy, accumulate, p, s);
     else gv_launch_b<FMT, TT, 0>(w, x, ldx, T, y, ldy, accumulate, p, s);
 }
 
 template <int FMT>
 static void gv_launch_fmt(const nb_weight *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
-                          int accumulate, const nb_cuda_gemv_plan *p, cudaStream_t s)
+                          int accumulate, const nb_cuda_gemv_plan *p, cudaStream_t s, int silu)
 {
     switch (p->tile_tokens) {
-    case 1: gv_launch<FMT, 1>(w, x, ldx, T, y, ldy, accumulate, p, s); break;
-    case 2: gv_launch<FMT, 2>(w, x, ldx, T, y, ldy, accumulate, p, s); break;
-    case 4: gv_launch<FMT, 4>(w, x, ldx, T, y, ldy, accumulate, p, s); break;
-    case 8: gv_launch<FMT, 8>(w, x, ldx, T, y, ldy, accumulate, p, s); break;
-    default: gv_launch<FMT, 16>(w, x, ldx, T, y, ldy, accumulate, p, s); break;
+    case 1: gv_launch<FMT, 1>(w, x, ldx, T, y, ldy, accumulate, p, s, silu); break;
+    case 2: gv_launch<FMT, 2>(w, x, ldx, T, y, ldy, accumulate, p, s, silu); break;
+    case 4: gv_launch<FMT, 4>(w, x, ldx, T, y, ldy, accumulate, p, s, silu); break;
+    case 8: gv_launch<FMT, 8>(w, x, ldx, T, y, ldy, accumulate, p, s, silu); break;
+    default: gv_launch<FMT, 16>(w, x, ldx, T, y, ldy, accumulate, p, s, silu); break;
     }
 }
 
@@ -390,7 +450,19 @@ int nb_cuda_gemv_vec(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T, co
     nb_cuda_gemv_plan p = nb_cuda_gemv_plan_for(w, T, nb_cuda_st(ctx)->sm_count);
     if (!p.vector) return 0;
     cudaStream_t s = nb_cuda_stream(ctx);
-    if (w->fmt == NB_WFMT_BF16) gv_launch_fmt<NB_WFMT_BF16>(w, x, ldx, (int)T, y, ldy, accumulate, &p, s);
-    else gv_launch_fmt<NB_WFMT_NVFP4>(w, x, ldx, (int)T, y, ldy, accumulate, &p, s);
+    if (w->fmt == NB_WFMT_BF16) gv_launch_fmt<NB_WFMT_BF16>(w, x, ldx, (int)T, y, ldy, accumulate, &p, s, 0);
+    else gv_launch_fmt<NB_WFMT_NVFP4>(w, x, ldx, (int)T, y, ldy, accumulate, &p, s, 0);
+    return 1;
+}
+
+// The same with activations SiLU(gate) * up read from rows [gate | up] (ldx >= 2 w->k): BF16
+// weights on the second version's unstaged kernel only; 0 when it cannot take the call.
+int nb_cuda_gemv_vec_silu(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T, const nb_weight *w, float *y,
+                          int64_t ldy, int accumulate)
+{
+    if (w->fmt != NB_WFMT_BF16 || !gv_v2_on() || ldx < 2 * w->k || !gv_can(w, x, ldx)) return 0;
+    nb_cuda_gemv_plan p = nb_cuda_gemv_plan_for(w, T, nb_cuda_st(ctx)->sm_count);
+    if (!p.vector || p.staged) return 0;
+    gv_launch_fmt<NB_WFMT_BF16>(w, x, ldx, (int)T, y, ldy, accumulate, &p, nb_cuda_stream(ctx), 1);
     return 1;
 }

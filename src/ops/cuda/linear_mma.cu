@@ -43,10 +43,11 @@ extern "C" void nb_cuda_linear_force_mma(int mode) { g_force_mma = mode == 1 || 
 extern "C" void nb_cuda_linear_force_mma_terms(int terms) { g_force_terms = terms >= 1 && terms <= 3 ? terms : 0; }
 
 // The block stages chunk [kc, kc + LM_KC) of every token's activations into shared memory as
-// TERMS BF16 terms: 8 activations (two float4) per thread step -> TERMS x 16 bytes.
-template <int NT, int TERMS>
+// TERMS BF16 terms: 8 activations (two float4) per thread step -> TERMS x 16 bytes. SILU: the
+// activations are SiLU(gate) * up of rows [gate | up] (up at +k), as the MLP's pass computes.
+template <int NT, int TERMS, bool SILU = false>
 __device__ __forceinline__ void lm_stage(uint16_t *xs, const float *__restrict__ x, int64_t ldx, int T, int64_t kc,
-                                         int64_t ke)
+                                         int64_t ke, int64_t k)
 {
     constexpr int TOK = 8 * NT;
     for (int e = threadIdx.x; e < TOK * (LM_KC / 8); e += blockDim.x) {
@@ -56,6 +57,12 @@ __device__ __forceinline__ void lm_stage(uint16_t *xs, const float *__restrict__
             const float4 *src = (const float4 *)(x + (int64_t)t * ldx + kc + c8);
             const float4 p0 = __ldg(src), p1 = __ldg(src + 1);
             v[0] = p0.x, v[1] = p0.y, v[2] = p0.z, v[3] = p0.w, v[4] = p1.x, v[5] = p1.y, v[6] = p1.z, v[7] = p1.w;
+            if constexpr (SILU) {
+                const float4 u0 = __ldg((const float4 *)((const float *)src + k)), u1 = __ldg((const float4 *)((const float *)src + k) + 1);
+                const float u[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+#pragma unroll
+                for (int i = 0; i < 8; i++) v[i] = v[i] / (1.0f + expf(-v[i])) * u[i];
+            }
         } else {
 #pragma unroll
             for (int i = 0; i < 8; i++) v[i] = 0.0f;
@@ -120,7 +127,7 @@ __device__ __forceinline__ void lm_compute(float (*acc)[4], const uint4 *a, cons
 // bench/RESULTS.md), so it is off unless NIBBLE_CUDA_LINEAR_MMA_PIPE=1.
 // PDL (with PIPE off): the first chunk's weights are loaded before the programmatic-dependent
 // wait (ops/cuda/linear_dev.cuh), the rest as without it.
-template <int NT, int TERMS, bool PIPE, bool PDL>
+template <int NT, int TERMS, bool PIPE, bool PDL, bool SILU = false>
 __global__ void __launch_bounds__(LM_MAX_WARPS * 32)
     k_linear_mma(const uint16_t *__restrict__ W, int64_t ldw, int64_t n, int64_t k, const float *__restrict__ x,
                  int64_t ldx, int T, int64_t kr, float *y, int64_t ldy, int accumulate, const float *bias, float *part)
@@ -142,7 +149,7 @@ __global__ void __launch_bounds__(LM_MAX_WARPS * 32)
         lm_load<4>(a0, b0, w0, w1, ok0, ok1, kb, ke);
         for (int64_t kc = kb; kc < ke; kc += LM_KC) {
             __syncthreads(); // the previous chunk's shared reads are done
-            lm_stage<NT, TERMS>(xs, x, ldx, T, kc, ke);
+            lm_stage<NT, TERMS>(xs, x, ldx, T, kc, ke, k);
             __syncthreads();
             lm_load<4>(a1, b1, w0, w1, ok0, ok1, kc + LM_KC / 2, ke);
             lm_compute<NT, TERMS, 4>(acc, a0, b0, xs, 0, kc, ke, g, q);
@@ -159,7 +166,7 @@ __global__ void __launch_bounds__(LM_MAX_WARPS * 32)
                 nb_lin_pdl_trigger();
             }
             __syncthreads(); // the previous chunk's shared reads are done
-            lm_stage<NT, TERMS>(xs, x, ldx, T, kc, ke);
+            lm_stage<NT, TERMS, SILU>(xs, x, ldx, T, kc, ke, k);
             __syncthreads();
             lm_compute<NT, TERMS, 8>(acc, a, b, xs, 0, kc, ke, g, q);
         }
@@ -267,13 +274,13 @@ static int lm_pipe(void)
     return env;
 }
 
-template <int NT, int TERMS, bool PIPE, bool PDL>
+template <int NT, int TERMS, bool PIPE, bool PDL, bool SILU = false>
 static void lm_launch_p(const nb_weight *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy, int accumulate,
                         const nb_cuda_mma_plan *p, float *part, cudaStream_t s)
 {
     static int optin; // more than the 48 KB default for 64 tokens
     if (!optin) {
-        cudaFuncSetAttribute(k_linear_mma<NT, TERMS, PIPE, PDL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaFuncSetAttribute(k_linear_mma<NT, TERMS, PIPE, PDL, SILU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              3 * 8 * 8 * LM_PITCH * 2);
         optin = 1;
     }
@@ -281,14 +288,21 @@ static void lm_launch_p(const nb_weight *w, const float *x, int64_t ldx, int T, 
     int64_t ldw = w->row_stride ? w->row_stride / 2 : w->k, n = w->n, k = w->k, kr = p->kr;
     const float *bias = w->bias;
     void *args[] = {(void *)&W, &ldw, &n, &k, (void *)&x, &ldx, &T, &kr, &y, &ldy, &accumulate, (void *)&bias, &part};
-    nb_lin_launch((const void *)k_linear_mma<NT, TERMS, PIPE, PDL>, dim3((unsigned)p->blocks_n, (unsigned)p->ksplit),
+    nb_lin_launch((const void *)k_linear_mma<NT, TERMS, PIPE, PDL, SILU>, dim3((unsigned)p->blocks_n, (unsigned)p->ksplit),
                   dim3(32 * p->warps), p->smem, s, args, PDL);
 }
 
 template <int NT, int TERMS>
 static void lm_launch(const nb_weight *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy, int accumulate,
-                      const nb_cuda_mma_plan *p, float *part, cudaStream_t s)
+                      const nb_cuda_mma_plan *p, float *part, cudaStream_t s, int silu)
 {
+    if constexpr (NT <= 2) {
+        if (silu) { // nb_cuda_linear_mma_silu_can: not PIPE, at most 16 tokens
+            if (nb_cuda_linear_pdl_on()) lm_launch_p<NT, TERMS, false, true, true>(w, x, ldx, T, y, ldy, accumulate, p, part, s);
+            else lm_launch_p<NT, TERMS, false, false, true>(w, x, ldx, T, y, ldy, accumulate, p, part, s);
+            return;
+        }
+    }
     if (lm_pipe()) lm_launch_p<NT, TERMS, true, false>(w, x, ldx, T, y, ldy, accumulate, p, part, s);
     else if (nb_cuda_linear_pdl_on()) lm_launch_p<NT, TERMS, false, true>(w, x, ldx, T, y, ldy, accumulate, p, part, s);
     else lm_launch_p<NT, TERMS, false, false>(w, x, ldx, T, y, ldy, accumulate, p, part, s);
@@ -296,18 +310,41 @@ static void lm_launch(const nb_weight *w, const float *x, int64_t ldx, int T, fl
 
 template <int TERMS>
 static void lm_launch_t(const nb_weight *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy, int accumulate,
-                        const nb_cuda_mma_plan *p, float *part, cudaStream_t s)
+                        const nb_cuda_mma_plan *p, float *part, cudaStream_t s, int silu)
 {
     switch (p->token_tiles) {
-    case 1: lm_launch<1, TERMS>(w, x, ldx, T, y, ldy, accumulate, p, part, s); break;
-    case 2: lm_launch<2, TERMS>(w, x, ldx, T, y, ldy, accumulate, p, part, s); break;
-    case 4: lm_launch<4, TERMS>(w, x, ldx, T, y, ldy, accumulate, p, part, s); break;
-    default: lm_launch<8, TERMS>(w, x, ldx, T, y, ldy, accumulate, p, part, s); break;
+    case 1: lm_launch<1, TERMS>(w, x, ldx, T, y, ldy, accumulate, p, part, s, silu); break;
+    case 2: lm_launch<2, TERMS>(w, x, ldx, T, y, ldy, accumulate, p, part, s, silu); break;
+    case 4: lm_launch<4, TERMS>(w, x, ldx, T, y, ldy, accumulate, p, part, s, 0); break;
+    default: lm_launch<8, TERMS>(w, x, ldx, T, y, ldy, accumulate, p, part, s, 0); break;
     }
 }
 
+// Whether nb_cuda_linear_mma_silu can run this call: the mma kernel's conditions, at most 16
+// tokens, rows [gate | up] of at least 2k floats, the unpipelined loop.
+extern "C" int nb_cuda_linear_mma_silu_can(const nb_weight *w, const float *x, int64_t ldx, int64_t T)
+{
+    return T <= 16 && ldx >= 2 * w->k && !lm_pipe() && nb_cuda_linear_mma_can(w, x, ldx, T);
+}
+
+static nb_status lm_run(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T, const nb_weight *w, float *y,
+                        int64_t ldy, int accumulate, int silu);
+
 extern "C" nb_status nb_cuda_linear_mma(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T, const nb_weight *w,
                                         float *y, int64_t ldy, int accumulate)
+{
+    return lm_run(ctx, x, ldx, T, w, y, ldy, accumulate, 0);
+}
+
+// The same with activations SiLU(gate) * up of rows [gate | up] (nb_cuda_linear_mma_silu_can).
+extern "C" nb_status nb_cuda_linear_mma_silu(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T,
+                                             const nb_weight *w, float *y, int64_t ldy, int accumulate)
+{
+    return lm_run(ctx, x, ldx, T, w, y, ldy, accumulate, 1);
+}
+
+static nb_status lm_run(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T, const nb_weight *w, float *y,
+                        int64_t ldy, int accumulate, int silu)
 {
     nb_cuda_mma_plan p = nb_cuda_mma_plan_for(w, T, nb_cuda_st(ctx)->sm_count);
     cudaStream_t s = nb_cuda_stream(ctx);
@@ -322,9 +359,9 @@ extern "C" nb_status nb_cuda_linear_mma(nb_ops_ctx *ctx, const float *x, int64_t
             p.ksplit = 1;
         }
     }
-    if (p.terms == 3) lm_launch_t<3>(w, x, ldx, (int)T, y, ldy, accumulate, &p, part, s);
-    else if (p.terms == 1) lm_launch_t<1>(w, x, ldx, (int)T, y, ldy, accumulate, &p, part, s);
-    else lm_launch_t<2>(w, x, ldx, (int)T, y, ldy, accumulate, &p, part, s);
+    if (p.terms == 3) lm_launch_t<3>(w, x, ldx, (int)T, y, ldy, accumulate, &p, part, s, silu);
+    else if (p.terms == 1) lm_launch_t<1>(w, x, ldx, (int)T, y, ldy, accumulate, &p, part, s, silu);
+    else lm_launch_t<2>(w, x, ldx, (int)T, y, ldy, accumulate, &p, part, s, silu);
     NB_CUDA_LAUNCHED("linear (mma)");
     if (part) {
         const int64_t total = T * w->n;

@@ -293,46 +293,46 @@ static void lb_knobs_auto(void)
     nb_cuda_linear_force_mmr_unroll(0);
     nb_cuda_linear_force_pdl(-1);
     nb_cuda_linear_force_gemv_v2(-1);
+    nb_cuda_linear_force_gemv_r4(-1);
     nb_cuda_mlp_force_fused(-1);
+    nb_cuda_mlp_force_silu_fused(-1);
 }
 
 // The knobs of A/B variant v (lb_ab_rows); 0 when the variant does not apply at T tokens.
-// Variants: 0 old (the kernels before this round: GEMV v1 / mma with two terms, no PDL, no
-// mmr), 1 automatic, 2 GEMV v2 + PDL, 3 GEMV v2 without PDL, 4 mma 1 term + PDL, 5 mma 2 terms
-// + PDL, 6 mmr + PDL, 7 mmr without PDL, 8 mmr U = 2, 9 mmr two terms, 10.. mmr K split
-// 1, 2, 4, 8, 16 (sweep).
-#define LB_AB_VARIANTS 15
+// Variants: 0 old (the kernels before the fourth session: GEMV v1, mma with two terms, no
+// PDL, no mmr), 1 automatic (this build's defaults), 2 GEMV v2 two rows per warp + PDL, 3 GEMV
+// v2 four rows + PDL, 4 GEMV v2 two rows without PDL, 5 mma one term + PDL, 6 mma one term
+// without PDL, 7 mma two terms + PDL, 8 mmr + PDL, 9.. mmr K split 1, 2, 4, 8, 16 (sweep).
+#define LB_AB_VARIANTS 14
 static int lb_ab_knobs(int v, int64_t T, char *tag, size_t len)
 {
     lb_knobs_auto();
     switch (v) {
     case 0:
         nb_cuda_linear_force_mmr(0), nb_cuda_linear_force_gemv_v2(0), nb_cuda_linear_force_pdl(0);
-        nb_cuda_linear_force_mma_terms(2);
+        nb_cuda_linear_force_gemv_r4(0), nb_cuda_linear_force_mma_terms(2), nb_cuda_mlp_force_silu_fused(0);
         snprintf(tag, len, "old: ");
         return 1;
     case 1: snprintf(tag, len, "auto: "); return 1;
     case 2:
     case 3:
-        if (T > 2) return 0;
-        nb_cuda_linear_force_mmr(0), nb_cuda_linear_force_gemv_v2(1), nb_cuda_linear_force_pdl(v == 2);
-        snprintf(tag, len, "v2%s: ", v == 2 ? "+pdl" : "");
-        return 1;
     case 4:
+        if (T > 2) return 0;
+        nb_cuda_linear_force_mmr(0), nb_cuda_linear_force_gemv_v2(1), nb_cuda_linear_force_pdl(v != 4);
+        nb_cuda_linear_force_gemv_r4(v == 3 ? 2 : 0);
+        snprintf(tag, len, "v2%s: ", v == 4 ? "" : "+pdl");
+        return 1;
     case 5:
+    case 6:
+    case 7:
         if (T < 3) return 0;
-        nb_cuda_linear_force_mmr(0), nb_cuda_linear_force_pdl(1), nb_cuda_linear_force_mma_terms(v == 4 ? 1 : 2);
-        snprintf(tag, len, "pdl: ");
+        nb_cuda_linear_force_mmr(0), nb_cuda_linear_force_pdl(v != 6), nb_cuda_linear_force_mma_terms(v == 7 ? 2 : 1);
+        snprintf(tag, len, "%s: ", v == 6 ? "nopdl" : "pdl");
         return 1;
     default:
-        nb_cuda_linear_force_mmr(1), nb_cuda_linear_force_pdl(v != 7);
-        if (v == 8) nb_cuda_linear_force_mmr_unroll(2);
-        if (v == 9) {
-            if (T < 3) return 0;
-            nb_cuda_linear_force_mmr_terms(2);
-        }
-        if (v >= 10) nb_cuda_linear_force_mmr_kw(1 << (v - 10));
-        snprintf(tag, len, "%s", v == 7 ? "nopdl: " : v >= 10 ? "sweep: " : "");
+        nb_cuda_linear_force_mmr(1), nb_cuda_linear_force_pdl(1);
+        if (v >= 9) nb_cuda_linear_force_mmr_kw(1 << (v - 9));
+        snprintf(tag, len, "%s", v >= 9 ? "sweep: " : "");
         return 1;
     }
 }
@@ -344,7 +344,7 @@ static void lb_ab_rows(lb_env *E, const lb_shape *sh, const nb_bench_linear_para
     for (int ti = 0; ti < p->n_tokens; ti++) {
         const int64_t T = p->tokens[ti];
         if (T > 16) continue;
-        for (int v = 0; v < (p->sweep ? LB_AB_VARIANTS : 10); v++) {
+        for (int v = 0; v < (p->sweep ? LB_AB_VARIANTS : 9); v++) {
             char tag[16], path[64];
             if (!lb_ab_knobs(v, T, tag, sizeof tag)) continue;
             const char *route = nb_cuda_linear_path_name(&ws[0], E->x, ws[0].k, T);
@@ -410,18 +410,21 @@ static nb_status lb_mlp_rows(lb_env *E, const nb_bench_linear_params *p, const c
         // automatic route differs; 2: the sk ladder (NIBBLE_CUDA_LINEAR_SK=1: fused gate+up and
         // the down projection on the stream-K kernel too).
         if (p->ab) {
-            // old; automatic; mmr + PDL with the pair as one linear; the same with the fused
-            // stream-K gate+up where it applies.
-            for (int v = 0; v < 4; v++) {
+            // old; automatic; automatic with the fused gate+up off where it runs; automatic
+            // with four GEMV rows per warp at 1-2 tokens; automatic with the separate SiLU pass.
+            for (int v = 0; v < 5; v++) {
                 char tag[16], path[64];
-                lb_ab_knobs(v == 0 ? 0 : v == 1 ? 1 : 6, T, tag, sizeof tag);
-                if (v >= 2) nb_cuda_mlp_force_fused(v == 3);
+                lb_ab_knobs(v == 0 ? 0 : 1, T, tag, sizeof tag);
+                if (v == 4) nb_cuda_mlp_force_silu_fused(0), snprintf(tag, sizeof tag, "silu pass: ");
+                const int auto_fused = nb_cuda_gate_up_sk_can(&g[0], &u[0], E->x, H, T);
+                if (v == 2 && !auto_fused) continue;
+                if (v == 2) nb_cuda_mlp_force_fused(0), snprintf(tag, sizeof tag, "unfused: ");
+                if (v == 3 && T > 2) continue;
+                if (v == 3) nb_cuda_linear_force_gemv_r4(2), snprintf(tag, sizeof tag, "R=4: ");
                 const int fused = nb_cuda_gate_up_sk_can(&g[0], &u[0], E->x, H, T);
-                if (v == 3 && !fused) continue;
                 nb_weight gu = g[0];
                 gu.n = 2 * I;
-                snprintf(path, sizeof path, "%s%s%s + %s", v >= 2 ? "mmr " : tag, v == 3 ? "fused " : "",
-                         fused ? "gate_up sk" : nb_cuda_linear_path_name(&gu, E->x, H, T),
+                snprintf(path, sizeof path, "%s%s + %s", tag, fused ? "gate_up sk" : nb_cuda_linear_path_name(&gu, E->x, H, T),
                          nb_cuda_linear_path_name(&d[0], E->x, I, T));
                 int graphed = 0;
                 double us = lb_time_fn(E, lb_mlp_call, &a, copies, T, &graphed);
@@ -649,13 +652,17 @@ extern "C" nb_status nb_bench_linear_run(const nb_bench_linear_params *p)
     for (int i = 0; i < p->n_tokens; i++) gemv_T = p->tokens[i] > gemv_T ? p->tokens[i] : gemv_T;
     maxT = gemv_T > maxT ? gemv_T : maxT;
     for (int i = 0; i < p->n_lt_tokens; i++) maxT = p->lt_tokens[i] > maxT ? p->lt_tokens[i] : maxT;
-    for (int i = 0; i < LB_NSHAPES; i++) maxk = lb_shapes[i].k > maxk ? lb_shapes[i].k : maxk;
+    int64_t maxn_gemv = 0; // the widest decode shape (the lm_head), whatever its place in the list
+    for (int i = 0; i < LB_NSHAPES; i++) {
+        maxk = lb_shapes[i].k > maxk ? lb_shapes[i].k : maxk;
+        maxn_gemv = lb_shapes[i].n > maxn_gemv ? lb_shapes[i].n : maxn_gemv;
+    }
     for (int i = 0; i < LB_LT_NSHAPES; i++) {
         maxk = lb_lt_shapes[i].k > maxk ? lb_lt_shapes[i].k : maxk;
         maxn = lb_lt_shapes[i].n > maxn ? lb_lt_shapes[i].n : maxn;
     }
     const size_t xb = (size_t)(maxT * maxk) * 4;
-    const size_t yb = (size_t)NB_MAX(maxT * maxn, gemv_T * lb_shapes[LB_NSHAPES - 1].n) * 4;
+    const size_t yb = (size_t)NB_MAX(maxT * maxn, gemv_T * maxn_gemv) * 4;
     nb_status st = NB_OK;
     if (cudaMalloc((void **)&E.x, xb) != cudaSuccess || cudaMalloc((void **)&E.y, yb) != cudaSuccess) {
         st = nb_error(NB_ERR_OUT_OF_MEMORY, "bench-linear: activations of %zu + %zu bytes", xb, yb);
@@ -672,6 +679,7 @@ extern "C" nb_status nb_bench_linear_run(const nb_bench_linear_params *p)
             const int is_lt = si >= LB_NSHAPES;
             const lb_shape *sh = is_lt ? &lb_lt_shapes[si - LB_NSHAPES] : &lb_shapes[si];
             if (is_lt ? !p->n_lt_tokens : !p->n_tokens && !(p->lt_host && f == 0 && si == 0)) continue;
+            if (p->only[0] && !strstr(sh->name, p->only)) continue;
             nb_weight ws[16];
             int copies = 0;
             void *data = NULL, *scale = NULL;
@@ -692,8 +700,10 @@ extern "C" nb_status nb_bench_linear_run(const nb_bench_linear_params *p)
         }
     }
     // The MLP op at decode token counts: GLM-5's shared expert and dense-layer MLP.
-    if (st == NB_OK && p->bf16 && p->n_tokens) st = lb_mlp_rows(&E, p, "shared mlp 6144x2048", 6144, 2048);
-    if (st == NB_OK && p->bf16 && p->n_tokens) st = lb_mlp_rows(&E, p, "dense mlp 6144x12288", 6144, 12288);
+    if (st == NB_OK && p->bf16 && p->n_tokens && (!p->only[0] || strstr("shared mlp", p->only)))
+        st = lb_mlp_rows(&E, p, "shared mlp 6144x2048", 6144, 2048);
+    if (st == NB_OK && p->bf16 && p->n_tokens && (!p->only[0] || strstr("dense mlp", p->only)))
+        st = lb_mlp_rows(&E, p, "dense mlp 6144x12288", 6144, 12288);
 done:
     if (E.ctx) nb_ops_ctx_free(E.ctx);
     cudaFree(E.x);

@@ -28,6 +28,7 @@ typedef struct nb_bench_linear_params {
     int bf16, nvfp4;                  /* formats to time (default both) */
     int sweep;                        /* also time every forced K split (1, 2, 4, 8) per GEMV point */
     int ab;                           /* BF16 decode rows: old kernels vs each new variant (lb_ab_rows) */
+    char only[32];                    /* non-empty: only shapes whose name contains it ("mlp": the MLP rows) */
     int iters;                        /* timed graph replays per point (median) */
     int lt_host;                      /* time the cuBLASLt path's host cost at T = 600..799 (q_a, BF16) */
     int lt_cold;                      /* replay eager steps at T = 808..616 per call, first use vs cached */
