@@ -17,7 +17,7 @@
 //         The weight is used in place when stored as BF16; otherwise its BF16 expansion is
 //         cached per resident weight (NB_WEIGHT_RESIDENT) while device memory allows, else
 //         expanded into scratch on every call.
-// Exercised by tests/cuda_ops/test_cuda_vs_cpu.c (linear_gemv*, linear_lt*, mlp).
+// Exercised by tests/cuda_ops/test_cuda_linear.c (linear_gemv*, linear_lt*, mlp, mlp_silu).
 #include <stdlib.h>
 #include <string.h>
 

@@ -12,21 +12,29 @@
  *     NIBBLE_CUDA_LINEAR_SK=1 routes them to it (3..16 tokens, and 1-2 tokens with three terms
  *     for weights up to NB_CUDA_LINEAR_SK_SMALL_MB), 2 everywhere it runs, 0 never (not even
  *     the MLP pair: the ladder before it).
+ *   Only when NIBBLE_CUDA_LINEAR_MMR=1|3: the register-fed tensor-core kernel (linear_mmr.cu)
+ *     for BF16 at 1..16 (3..16) tokens; measured slower than the paths below on every GLM-5
+ *     shape (bench/RESULTS.md, fourth session), so off.
  *   BF16 weights (16-byte aligned rows, K a multiple of 32) at 3 <= T <= 16 (<= 64 when the
  *     weight has at most 1024 rows): the tensor-core skinny GEMM (linear_mma.cu):
  *     weights as mma.sync A operands straight from global memory, activations as two BF16
- *     terms (hi + lo, ~16 mantissa bits: within the float32 tolerance), split-K.
+ *     terms (hi + lo, ~16 mantissa bits: within the float32 tolerance; one term on request,
+ *     NIBBLE_CUDA_LINEAR_MMA_TERMS=1), split-K.
  *   T <= NB_CUDA_LINEAR_GEMV_MAX_TOKENS: GEMV, float32 products, the CPU op's arithmetic.
  *     BF16 / NVFP4 rows that are 16-byte aligned run the vector GEMV: each lane loads 16
  *     bytes per row per step (8 BF16 or 32 NVFP4 weights), several steps in flight, R rows
- *     per warp sharing each activation load (R grows with T), K split over W warps of a
+ *     per warp sharing each activation load (R grows with T; 4 at 1-2 tokens on BF16 weights
+ *     of more than 1024 rows, NIBBLE_CUDA_GEMV_R4), K split over W warps of a
  *     block when there are too few rows to fill the GPU (and from 3 tokens, so that each
  *     warp's share of the activations stays in L1), and NVFP4 activations staged per K
  *     tile through shared memory. Other formats/layouts: the generic one-warp-per-row kernel.
  *   More tokens: cuBLASLt BF16. Activations are one BF16 term, or two (hi + lo, about 16
  *     mantissa bits, twice the tensor work) for weights flagged NB_WEIGHT_FEEDS_TOPK.
  *     Weights not stored as BF16 are expanded to BF16 once and cached when the weight is
- *     NB_WEIGHT_RESIDENT and device memory allows, else expanded into scratch per call. */
+ *     NB_WEIGHT_RESIDENT and device memory allows, else expanded into scratch per call.
+ * The GEMV, mma, mmr kernels, the mma split-K sum and the MLP's SiLU pass are launched as
+ * programmatic dependents (PDL): each loads its first weights before it waits for the kernel
+ * ahead (NIBBLE_CUDA_LINEAR_PDL=0 launches them plainly). */
 #ifndef NB_OPS_CUDA_LINEAR_H
 #define NB_OPS_CUDA_LINEAR_H
 

@@ -4,7 +4,15 @@
 //     no-L1-allocate load, U steps issued before the first use; a warp reads 512 contiguous
 //     bytes per row per step, so a row group streams whole 128-byte lines.
 //   - R rows per warp share each activation load (activations are float32 and re-read
-//     from L1 per row otherwise); R = 2 for one or two tokens, 4 from three.
+//     from L1 per row otherwise); R = 2 for one or two tokens, 4 from three. The second
+//     version (V = 1, the default; NIBBLE_CUDA_GEMV_V2=0 the first) runs BF16 at 1-2 tokens
+//     with R = 4 and two steps in flight on weights of more than 1024 rows (same bytes in
+//     flight, half the activation reads: at 2 tokens on long rows those outgrow L1 and were
+//     what made T = 2 slower than T = 1 on the same bytes), at most 64 registers, and loads
+//     its first weights before the programmatic-dependent wait (PDL).
+//   - SILU (nb_cuda_gemv_vec_silu, the MLP's down projection when asked for): activations
+//     read as SiLU(gate) * up from rows [gate | up]; every warp recomputes the SiLU of what
+//     it reads (measured slower than the separate pass at 1-2 tokens: off by default).
 //   - K split over W warps of a 256-thread block (the same rows, interleaved 512-byte
 //     steps) when rows alone would not put enough warps on the SMs, and from 3 tokens
 //     (T * K activation floats outgrow L1; a quarter of them per warp does not); partial
@@ -17,7 +25,7 @@
 //   - NVFP4: two E2M1 codes become one half2 by bit moves (an fp16 with the code's bits
 //     in place is the value times 2^-14, subnormals included), then float; the 16-weight
 //     block sum is multiplied by its E4M3 scale, the row by global_scale * 2^14 at the end.
-// Exercised by tests/cuda_ops/test_cuda_vs_cpu.c (linear_gemv*); timed by nibble bench-linear.
+// Exercised by tests/cuda_ops/test_cuda_linear.c (linear_gemv*, linear_v2); timed by nibble bench-linear.
 #include <cuda_fp16.h>
 #include <stdlib.h>
 #include <string.h>

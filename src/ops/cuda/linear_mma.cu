@@ -17,7 +17,14 @@
 //     ranges (blockIdx.y) are chosen so that every SM streams; with more than one range the
 //     partial sums go to scratch and a second kernel adds them in a fixed order (no atomics:
 //     results do not depend on scheduling).
-// Exercised by tests/cuda_ops/test_cuda_vs_cpu.c (linear_mma); timed by nibble bench-linear.
+//   - PDL (the default when the linears are PDL-launched): the first chunk's weights are
+//     loaded before griddepcontrol.wait; the split-K sum waits before reading partials.
+//   - TERMS = 1 (NIBBLE_CUDA_LINEAR_MMA_TERMS=1, NB_WEIGHT_FEEDS_TOPK weights keep 2): BF16
+//     activations, ~1e-3 relative; faster (8-layer step at batch 10: 4.768 -> 4.643 ms) but
+//     it failed the glm_moe_dsa/long fixture (0.271 vs HF), so two terms stay the default.
+//   - SILU (nb_cuda_linear_mma_silu): the staging reads SiLU(gate) * up from rows [gate | up].
+// Exercised by tests/cuda_ops/test_cuda_linear.c (linear_mma, linear_v2, mlp_silu); timed by
+// nibble bench-linear.
 #include <cuda_bf16.h>
 #include <stdlib.h>
 #include <string.h>

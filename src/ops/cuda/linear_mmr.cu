@@ -17,6 +17,12 @@
 //   - The KW warps of a tile add their sums through shared memory in warp order (fixed
 //     order: results do not depend on scheduling); no partials in global memory, no second
 //     launch.
+// Where it stands (H200, bench/RESULTS.md, fourth session): slower than the vector GEMV at
+// 1-2 tokens and than the mma kernel at 3-16 on every GLM-5 shape (o_proj 66 % of copy at 1
+// token where the GEMV reads at 95 %; 52 % at 10 tokens where the mma kernel reads at 80 %).
+// Each load instruction covers 16 rows x 64 bytes (the m16n8k16 A layout), where the GEMV's
+// covers 512 contiguous bytes of one row; more groups in flight did not make up for it.
+// Off unless NIBBLE_CUDA_LINEAR_MMR=1|3.
 // Exercised by tests/cuda_ops/test_cuda_linear.c (linear_mmr); timed by nibble bench-linear.
 #include <cuda_bf16.h>
 #include <stdlib.h>

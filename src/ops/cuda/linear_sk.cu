@@ -28,7 +28,7 @@
 // (NIBBLE_CUDA_LINEAR_SK=1|2). Its latency is the weak point: each warp waits for a batch of
 // loads, then multiplies it with nothing in flight; a cp.async ring (3 batches in flight, 6
 // warps per SM) was tried and measured slower still (bench/RESULTS.md).
-// Exercised by tests/cuda_ops/test_cuda_vs_cpu.c (linear_sk, mlp_fused); timed by nibble bench-linear.
+// Exercised by tests/cuda_ops/test_cuda_linear.c (linear_sk, mlp_fused); timed by nibble bench-linear.
 #include <cuda_bf16.h>
 #include <stdlib.h>
 #include <string.h>

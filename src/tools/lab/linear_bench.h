@@ -8,7 +8,7 @@
  * activation terms, and for NVFP4 weights the cached BF16 expansion against expansion per
  * call; --lt-cold replays the cuBLASLt calls of eager decode steps and times each call as the
  * per-op profiler does, to show first-use costs (heuristic query, kernel module load). Front end: `nibble bench-linear` (apps/cmd_bench_linear.c). Correctness of the same
- * paths is tests/cuda_ops/test_cuda_vs_cpu (linear_*). */
+ * paths is tests/cuda_ops/test_cuda_linear. */
 #ifndef NB_TOOLS_LAB_LINEAR_BENCH_H
 #define NB_TOOLS_LAB_LINEAR_BENCH_H
 
