@@ -620,6 +620,8 @@ static void test_mlp_silu(void)
         }
     }
     nb_cuda_linear_force_pdl(-1);
+    nb_cuda_mlp_force_silu_fused(2); /* the mma route only: 1-2 tokens keep the separate pass */
+    for (size_t i = 0; i < NB_ARRAY_LEN(ts); i++) mlp_adjacent_case(ts[i], 640, 384, NB_TOL_F32);
     nb_cuda_mlp_force_silu_fused(1);
     nb_cuda_linear_force_mma_terms(2);
     mlp_adjacent_case(10, 6144, 2048, NB_TOL_F32); /* GLM-5's shared expert, split-K mma */
