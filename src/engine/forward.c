@@ -118,6 +118,19 @@ static nb_status mlp(fwd *f, const nb_tensor *a, const nb_weight *gate, const nb
                      accumulate, o);
 }
 
+/* NIBBLE_KV_PREP=1: an MLA layer's key side (norms, key ropes, pool writes) in one launch
+ * before the queries (mla_layer); off by default: measured slower end to end on the H200
+ * (bench/RESULTS.md, fourth session). Read once. */
+static int kv_prep_fused(void)
+{
+    static int on = -1; /* a benign race between threads reads the same value */
+    if (on < 0) {
+        const char *e = getenv("NIBBLE_KV_PREP");
+        on = e && !strcmp(e, "1");
+    }
+    return on;
+}
+
 static nb_status mla_layer(fwd *f, int l)
 {
     nb_model *m = f->m;
@@ -166,7 +179,34 @@ static nb_status mla_layer(fwd *f, int l)
         np[nn++] = (nb_norm_part){NB_NORM_LAYER, &ki, &ki, L->idx_k_norm_w, L->idx_k_norm_b, 1e-6f, 1.0f};
         np[nn++] = (nb_norm_part){NB_NORM_SCALE, &wis, &wis, NULL, NULL, 0.0f, 1.0f / sqrtf((float)ih)};
     }
-    NB_TRY(nb_op_norm_n(ops, nn, np));
+
+    /* By default: the norms above in one launch, the queries, every rope (queries and keys) in
+     * one launch, both pool writes in one launch. NIBBLE_KV_PREP=1: the key side does not wait
+     * for the queries, so the norms, the ropes of k_pe and of the indexer key and the pool
+     * writes go in one launch (ops.h nb_op_norm_rope_set_n) before the queries, whose ropes
+     * follow them: one launch fewer, but the launch before q_b_proj is the longer one and the
+     * query rope a launch of its own, which measured 0.02-0.03 ms per step slower at batch 1
+     * and 2 (bench/RESULTS.md). The same values either way. */
+    const int fused = kv_prep_fused();
+    nb_tensor kpe = t3(kva_p + r, T, 1, rope);
+    kpe.stride[0] = kva_ld;
+    nb_tensor ki_rot = t3(ki_p, T, 1, rope);
+    ki_rot.stride[0] = ki_ld;
+    nb_tensor kvs = t2(kva_p, T, r + rope), kvd = pool_view(f, l, lay->latent_off, r + rope);
+    nb_tensor kis = t2(ki_p, T, id), kid = L->has_indexer ? pool_view(f, l, lay->index_off, id) : kis;
+    kvs.stride[0] = kva_ld;
+    kis.stride[0] = ki_ld;
+    const nb_tensor *ws_src[] = {&kvs, &kis};
+    nb_tensor *ws_dst[] = {&kvd, &kid};
+    const int nk = L->has_indexer ? 2 : 1;
+    if (fused) {
+        nb_tensor *krx[] = {&kpe, &ki_rot};
+        const nb_rope *krt[] = {&m->rope, &m->index_rope};
+        const nb_norm_rope_set prep = {nn, np, nk, krx, f->pos, krt, nk, ws_src, f->rows, ws_dst};
+        NB_TRY(nb_op_norm_rope_set_n(ops, &prep));
+    } else {
+        NB_TRY(nb_op_norm_n(ops, nn, np));
+    }
 
     /* queries (q_pe rotated below) */
     if (ql > 0)
@@ -181,23 +221,18 @@ static nb_status mla_layer(fwd *f, int l)
     q_pe.stride[0] = (int64_t)nh * qk;
     q_pe.stride[1] = qk;
     q_pe.shape[2] = rope;
-    nb_tensor kpe = t3(kva_p + r, T, 1, rope);
-    kpe.stride[0] = kva_ld;
-    nb_tensor qi_rot = t3(f->qi, T, ih, id), ki_rot = t3(ki_p, T, 1, rope);
+    nb_tensor qi_rot = t3(f->qi, T, ih, id);
     qi_rot.shape[2] = rope;
-    ki_rot.stride[0] = ki_ld;
-    nb_tensor *rx[] = {&q_pe, &kpe, &ki_rot, &qi_rot};
-    const nb_rope *rt[] = {&m->rope, &m->rope, &m->index_rope, &m->index_rope};
-    NB_TRY(nb_op_rope_n(ops, L->has_indexer ? 3 + idx_q : 2, rx, f->pos, rt));
-
-    /* the normalized latent and roped k_pe (adjacent) and the indexer key go to the pool */
-    nb_tensor kvs = t2(kva_p, T, r + rope), kvd = pool_view(f, l, lay->latent_off, r + rope);
-    nb_tensor kis = t2(ki_p, T, id), kid = L->has_indexer ? pool_view(f, l, lay->index_off, id) : kis;
-    kvs.stride[0] = kva_ld;
-    kis.stride[0] = ki_ld;
-    const nb_tensor *ws_src[] = {&kvs, &kis};
-    nb_tensor *ws_dst[] = {&kvd, &kid};
-    NB_TRY(nb_op_set_rows_n(ops, L->has_indexer ? 2 : 1, ws_src, f->rows, ws_dst));
+    if (fused) {
+        nb_tensor *rx[] = {&q_pe, &qi_rot};
+        const nb_rope *rt[] = {&m->rope, &m->index_rope};
+        NB_TRY(nb_op_rope_n(ops, 1 + idx_q, rx, f->pos, rt));
+    } else {
+        nb_tensor *rx[] = {&q_pe, &kpe, &ki_rot, &qi_rot};
+        const nb_rope *rt[] = {&m->rope, &m->rope, &m->index_rope, &m->index_rope};
+        NB_TRY(nb_op_rope_n(ops, L->has_indexer ? 3 + idx_q : 2, rx, f->pos, rt));
+        NB_TRY(nb_op_set_rows_n(ops, nk, ws_src, f->rows, ws_dst));
+    }
 
     /* DSA selection */
     const nb_attn_select *selp = NULL;

@@ -463,6 +463,16 @@ static void test_mla(void)
     mla_cases(NB_CUDA_MLA_F32, 1, NB_CUDA_MLA_MERGE_KERNEL, 1);
     mla_cases(NB_CUDA_MLA_F32, 1, -1, 0);
     mla_cases(NB_CUDA_MLA_MMA, 1, -1, 1);
+    /* the small path's chained and early launch modes (mla.h NB_CUDA_MLA_PDL_CHAIN, _EARLY) */
+    mla_cases(NB_CUDA_MLA_F32, 1, -1, NB_CUDA_MLA_PDL_CHAIN);
+    mla_cases(NB_CUDA_MLA_F32, 1, -1, NB_CUDA_MLA_PDL_EARLY);
+    /* the float32 kernel at 4 and 8 heads per block (mla.h nb_cuda_mla_force_f32_group) */
+    for (int g = 4; g <= 8; g *= 2) {
+        nb_cuda_mla_force_f32_group(g);
+        mla_cases(NB_CUDA_MLA_F32, 0, -1, 0);
+        mla_cases(NB_CUDA_MLA_F32, 1, -1, 0);
+    }
+    nb_cuda_mla_force_f32_group(0);
     /* the float32 kernel with 4 heads per warp (the others ran its default, 2) */
     nb_cuda_mla_force_f32_heads(4);
     mla_case(NB_MLA_ABSORBED, 1, NB_WFMT_BF16);

@@ -43,29 +43,55 @@ __device__ __forceinline__ void mla_cp_wait(void)
     asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
 }
 
+// Row `row` of the pool ([latent | k_pe], or zeros for -1) into dst, by the calling warp.
+__device__ __forceinline__ void mla_copy_row(const mla_args &a, float *dst, int64_t row, int lane)
+{
+    const int D = a.r + a.rope, D4 = D / 4, r4 = a.r / 4;
+    if (row < 0) {
+        for (int c = lane; c < D; c += 32) dst[c] = 0.0f;
+        return;
+    }
+    const float *lr = a.lat + row * a.ls0, *pr = a.kpe + row * a.ps0;
+    if (a.vec) {
+        for (int c4 = lane; c4 < D4; c4 += 32) mla_cp16(dst + 4 * c4, c4 < r4 ? lr + 4 * c4 : pr + 4 * (c4 - r4));
+    } else {
+        for (int c = lane; c < D; c += 32) mla_cp4(dst + c, c < a.r ? lr + c : pr + (c - a.r));
+    }
+}
+
 // HPW heads per warp for the scores: 4 (4 warps, a thread accumulates 4 latent columns of all
 // 16 heads) or 2 (8 warps, a thread 4 columns of 8 heads): half the serial work per warp and
 // twice the warps per chunk, for the few-chunk blocks of small batches.
-template <int HPW>
-__global__ void __launch_bounds__(32 * MLA_G / HPW) k_mla_attend(mla_args a)
+// G heads per block: 16, or fewer at small token counts (f32_group: more blocks, each reading
+// its chunk from shared memory fewer times); NW = G / HPW warps, at least 4 (P.latent's 128
+// column threads).
+// EARLY (the small path's NB_CUDA_MLA_PDL_CHAIN / _EARLY, mla.h): the first chunk's pool rows
+// are looked up and those of positions before the step's tokens (written by earlier steps)
+// copied before griddepcontrol.wait, the rest and q (the input step's) after it, so on a
+// programmatic launch the row loads overlap the input step; dense attention only (a DSA
+// selection is this layer's: then it waits first). Same arithmetic either way.
+template <int G, int HPW, bool EARLY>
+__global__ void __launch_bounds__(32 * G / HPW) k_mla_attend(mla_args a)
 {
-    constexpr int NW = MLA_G / HPW, NT = 32 * NW, GH = 4 * HPW; /* GH: heads per thread in P.latent */
+    constexpr int NW = G / HPW, NT = 32 * NW, GH = 4 * HPW; /* GH: heads per thread in P.latent */
     /* launched as a programmatic dependent (the small path, mla.h): everything it reads is the
      * preceding grids'; then the output step may be scheduled (it waits for this grid). No-ops
      * on a plain launch. */
-    asm volatile("griddepcontrol.wait;\ngriddepcontrol.launch_dependents;\n" ::: "memory");
+    bool waited = !EARLY || a.sel_pos;
+    if (waited) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     extern __shared__ float4 sh4[];
     const int Dp = a.Dp, D = a.r + a.rope, D4 = D / 4;
     float *qs = (float *)sh4;         /* [G][Dp] */
-    float *ks = qs + MLA_G * Dp;      /* [P][Dp] */
+    float *ks = qs + G * Dp;      /* [P][Dp] */
     float *ps = ks + MLA_P * Dp;      /* [P][G] probabilities */
-    float *corr = ps + MLA_P * MLA_G; /* [G] */
-    float *mfin = corr + MLA_G, *lfin = mfin + MLA_G;
-    int *rowid = (int *)(lfin + MLA_G); /* [P] */
+    float *corr = ps + MLA_P * G; /* [G] */
+    float *mfin = corr + G, *lfin = mfin + G;
+    int *rowid = (int *)(lfin + G); /* [P] */
     // the head groups of one token are neighbours in the grid: its rows are read from HBM
     // once and served from L2 to the other groups
-    const int groups = (a.H + MLA_G - 1) / MLA_G;
-    const int t = blockIdx.x / groups, h0 = (blockIdx.x - t * groups) * MLA_G, s = blockIdx.y, S = gridDim.y;
+    const int groups = (a.H + G - 1) / G;
+    const int t = blockIdx.x / groups, h0 = (blockIdx.x - t * groups) * G, s = blockIdx.y, S = gridDim.y;
     const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
     const int T2 = a.two * a.T;
     const int ct = tid % MLA_THREADS, hg = (tid / MLA_THREADS) * GH; /* P.latent: columns, first head */
@@ -74,15 +100,28 @@ __global__ void __launch_bounds__(32 * MLA_G / HPW) k_mla_attend(mla_args a)
     const int nch = (n + MLA_P - 1) / MLA_P, cps = (nch + S - 1) / S;
     const int ch0 = s * cps, ch1 = min(nch, ch0 + cps);
     if (S > 1 && ch0 >= ch1) { /* an empty split: the merge reads only its (m, l) */
-        if (tid < MLA_G && h0 + tid < a.H) {
+        if (!waited) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+        if (tid < G && h0 + tid < a.H) {
             float *pr = a.part + (((int64_t)t * a.H + h0 + tid) * S + s) * (2 + a.r);
             pr[0] = -INFINITY, pr[1] = 0.0f;
         }
         return;
     }
     const int r4 = a.r / 4;
+    if (EARLY && ch0 < ch1) {
+        if (tid < MLA_P) {
+            int j = ch0 * MLA_P + tid;
+            rowid[tid] = j < n ? (int)mla_row(a, t, j, pos) : -1;
+        }
+        __syncthreads();
+        /* positions below pos - T + 1 precede every token of this step: earlier steps wrote them */
+        const int safe = waited ? MLA_P : min(MLA_P, max(0, pos - a.T + 1 - ch0 * MLA_P));
+        for (int p = w; p < safe; p += NW) mla_copy_row(a, ks + p * Dp, rowid[p], lane);
+        if (!waited) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+        for (int p = safe + w; p < MLA_P; p += NW) mla_copy_row(a, ks + p * Dp, rowid[p], lane);
+    }
 #pragma unroll 4
-    for (int e = tid; e < MLA_G * r4; e += NT) {
+    for (int e = tid; e < G * r4; e += NT) {
         const int g = e / r4, c4 = e - g * r4, h = h0 + g;
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (h < a.H) {
@@ -96,7 +135,7 @@ __global__ void __launch_bounds__(32 * MLA_G / HPW) k_mla_attend(mla_args a)
         *(float4 *)(qs + g * Dp + 4 * c4) = v;
     }
 #pragma unroll 4
-    for (int e = tid; e < MLA_G * a.rope; e += NT) {
+    for (int e = tid; e < G * a.rope; e += NT) {
         const int g = e / a.rope, c = e - g * a.rope, h = h0 + g;
         qs[g * Dp + a.r + c] = h < a.H ? a.q[(int64_t)t * a.qs0 + (int64_t)h * a.qs1 + a.nope + c] : 0.0f;
     }
@@ -112,26 +151,14 @@ __global__ void __launch_bounds__(32 * MLA_G / HPW) k_mla_attend(mla_args a)
     const bool has_col = col < a.r;
 
     for (int ch = ch0; ch < ch1; ch++) {
-        __syncthreads(); /* the previous chunk's rows and probabilities are consumed */
-        if (tid < MLA_P) {
-            int j = ch * MLA_P + tid;
-            rowid[tid] = j < n ? (int)mla_row(a, t, j, pos) : -1;
-        }
-        __syncthreads();
-        for (int p = w; p < MLA_P; p += NW) {
-            const int64_t row = rowid[p];
-            float *dst = ks + p * Dp;
-            if (row < 0) {
-                for (int c = lane; c < D; c += 32) dst[c] = 0.0f;
-                continue;
+        if (!EARLY || ch != ch0) { /* EARLY: the first chunk's copies were issued above */
+            __syncthreads(); /* the previous chunk's rows and probabilities are consumed */
+            if (tid < MLA_P) {
+                int j = ch * MLA_P + tid;
+                rowid[tid] = j < n ? (int)mla_row(a, t, j, pos) : -1;
             }
-            const float *lr = a.lat + row * a.ls0, *pr = a.kpe + row * a.ps0;
-            if (a.vec) {
-                for (int c4 = lane; c4 < D4; c4 += 32)
-                    mla_cp16(dst + 4 * c4, c4 < r4 ? lr + 4 * c4 : pr + 4 * (c4 - r4));
-            } else {
-                for (int c = lane; c < D; c += 32) mla_cp4(dst + c, c < a.r ? lr + c : pr + (c - a.r));
-            }
+            __syncthreads();
+            for (int p = w; p < MLA_P; p += NW) mla_copy_row(a, ks + p * Dp, rowid[p], lane);
         }
         mla_cp_wait();
         __syncthreads();
@@ -159,7 +186,7 @@ __global__ void __launch_bounds__(32 * MLA_G / HPW) k_mla_attend(mla_args a)
             float pe = sv == -INFINITY ? 0.0f : expf(sv - mn);
             l[j] = l[j] * cr + nb_d_warp_sum(pe);
             m[j] = mn;
-            ps[lane * MLA_G + HPW * w + j] = pe;
+            ps[lane * G + HPW * w + j] = pe;
             if (lane == 0) corr[HPW * w + j] = cr;
         }
         __syncthreads();
@@ -172,7 +199,7 @@ __global__ void __launch_bounds__(32 * MLA_G / HPW) k_mla_attend(mla_args a)
             }
             for (int p = 0; p < MLA_P; p++) {
                 float4 k = *(const float4 *)(ks + p * Dp + col);
-                const float4 *pp = (const float4 *)(ps + p * MLA_G + hg);
+                const float4 *pp = (const float4 *)(ps + p * G + hg);
 #pragma unroll
                 for (int g4 = 0; g4 < GH / 4; g4++) {
                     float4 pr = pp[g4];
@@ -614,6 +641,28 @@ static int f32_heads_per_warp(int T)
     return T <= NB_CUDA_MLA_F32_H2_MAX ? 2 : 4;
 }
 
+static int g_f32_group; /* nb_cuda_mla_force_f32_group; 0: NIBBLE_CUDA_MLA_F32_G, else automatic */
+
+extern "C" void nb_cuda_mla_force_f32_group(int heads)
+{
+    g_f32_group = heads == 4 || heads == 8 || heads == 16 ? heads : 0;
+}
+
+// The float32 kernel's heads per block for a tile of T tokens: forced (every T), else up to
+// NIBBLE_CUDA_MLA_F32_G_MAX tokens (default NB_CUDA_MLA_F32_G_MAX) NIBBLE_CUDA_MLA_F32_G=4|8|16
+// or NB_CUDA_MLA_F32_G_DEFAULT, and 16 above (mla.h).
+static int f32_group(int T)
+{
+    if (g_f32_group) return g_f32_group;
+    const char *e = getenv("NIBBLE_CUDA_MLA_F32_G"), *em = getenv("NIBBLE_CUDA_MLA_F32_G_MAX");
+    const int v = e ? atoi(e) : 0, mx = em ? atoi(em) : NB_CUDA_MLA_F32_G_MAX;
+    if (T > mx) return MLA_G;
+    return v == 4 || v == 8 || v == 16 ? v : NB_CUDA_MLA_F32_G_DEFAULT;
+}
+
+// Dynamic shared memory of k_mla_attend with G heads per block.
+static size_t f32_smem(int G, int Dp) { return ((size_t)(G + MLA_P) * Dp + MLA_P * G + 3 * G + MLA_P) * sizeof(float); }
+
 // The three steps for T tokens (views already offset to the tile).
 static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_mla_w *Wp, const nb_tensor *q,
                           const nb_tensor *latent_pool, const nb_tensor *kpe_pool, const nb_attn_index *idx,
@@ -627,7 +676,7 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
     const int kern = nb_cuda_mla_kernel(ctx, d, T), wg = kern == NB_CUDA_MLA_WG;
     const int dec = kern == NB_CUDA_MLA_DEC || wg; /* wg: the same grid (dec where rows are unaligned) */
     const int mma = kern == NB_CUDA_MLA_MMA && mma_smem(r, rope) <= (size_t)max_smem,
-              G = dec ? MLA_DEC_G : mma ? MMA_G : MLA_G;
+              fg = f32_group(T), G = dec ? MLA_DEC_G : mma ? MMA_G : fg;
     const int steps = g_steps ? g_steps : 15; /* timings: nb_cuda_mla_force_gemm_steps */
     const int groups = (H + G - 1) / G, S = mla_splits(T, groups, cs->sm_count);
     /* small: the absorption kernels of mla_small.cu (mla.h), float32 q_lat / o_lat, the split
@@ -635,6 +684,11 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
     int merge = 0, pdl = 0;
     const int small = nb_cuda_mla_uses_small(d, W.w, T, &merge, &pdl);
     const int sep_merge = merge == NB_CUDA_MLA_MERGE_KERNEL;
+    /* timings only (nb_cuda_mla_force_stages): the small path's steps one by one */
+    const int stages = small ? nb_cuda_mla_stages() : 15;
+    /* the attention kernel's EARLY form and programmatic launch (mla.h NB_CUDA_MLA_PDL_*) */
+    const int early = small && fg == MLA_G && (pdl == NB_CUDA_MLA_PDL_CHAIN || pdl == NB_CUDA_MLA_PDL_EARLY);
+    const int att_pdl = small && (pdl == NB_CUDA_MLA_PDL_START || pdl == NB_CUDA_MLA_PDL_CHAIN);
     const int bf = W.bf16 && !small; /* the BF16 GEMMs' two-term activations */
     const int one = bf && mla_terms(kern) == 1; /* or one term (mla.h nb_cuda_mla_force_terms) */
     const int two = bf && !one ? 2 : 1, hs = nope + vd;
@@ -655,7 +709,7 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
     // 1. q_lat[h] (col-major r x T2) = W_uk[h] (stored [nope, r] = col-major r x nope) . q_nope[h]
     float *qlat = (float *)(scr + o_ql);
     if (small) {
-        NB_TRY(nb_cuda_mla_small_in(ctx, d, &W, q, qlat));
+        if (stages & 1) NB_TRY(nb_cuda_mla_small_in_pdl(ctx, d, &W, q, qlat, pdl));
     } else if (!(steps & 1)) {
     } else if (W.bf16) {
         uint16_t *qb = (uint16_t *)(scr + o_qb);
@@ -712,32 +766,44 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
                            mma_smem(r, rope), stream>>>(a);
         NB_CUDA_LAUNCHED("mla_attention mma");
     } else if (attr_dev != cs->device) {
-        const void *fns[2] = {(const void *)k_mla_attend<4>, (const void *)k_mla_attend<2>};
-        for (int i = 0; i < 2; i++) {
+        const void *fns[6] = {(const void *)k_mla_attend<MLA_G, 4, false>, (const void *)k_mla_attend<MLA_G, 2, false>,
+                              (const void *)k_mla_attend<MLA_G, 4, true>,  (const void *)k_mla_attend<MLA_G, 2, true>,
+                              (const void *)k_mla_attend<8, 2, false>,     (const void *)k_mla_attend<4, 1, false>};
+        for (int i = 0; i < 6; i++) {
             NB_CUDA_TRY(cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
             /* GLM-5's 114 KB per block: two blocks per SM when the carveout is all shared memory */
             NB_CUDA_TRY(cudaFuncSetAttribute(fns[i], cudaFuncAttributePreferredSharedMemoryCarveout, 100));
         }
         attr_dev = cs->device;
     }
-    if (!mma && !dec && (small || (steps & 2))) {
+    if (!mma && !dec && (small ? (stages & 2) : (steps & 2))) {
         /* on the small path a programmatic dependent of the input step (it waits at its start) */
         cudaLaunchConfig_t cfg = {};
         cfg.gridDim = dim3((unsigned)((int64_t)T * groups), (unsigned)S);
-        const int hpw = f32_heads_per_warp(T);
-        cfg.blockDim = dim3(32 * MLA_G / hpw);
-        cfg.dynamicSmemBytes = smem;
+        /* fewer heads per block: 8 with 2 per warp, 4 with 1 (4 warps either way) */
+        const int hpw = fg == 4 ? 1 : fg == 8 ? 2 : f32_heads_per_warp(T);
+        cfg.blockDim = dim3(32 * fg / hpw);
+        cfg.dynamicSmemBytes = fg == MLA_G ? smem : f32_smem(fg, Dp);
         cfg.stream = stream;
         cudaLaunchAttribute at[1];
         at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         at[0].val.programmaticStreamSerializationAllowed = 1;
         cfg.attrs = at;
-        cfg.numAttrs = small && pdl ? 1 : 0;
-        if (hpw == 4) NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, k_mla_attend<4>, a));
-        else NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, k_mla_attend<2>, a));
+        cfg.numAttrs = att_pdl ? 1 : 0;
+        if (fg == 4) {
+            NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, k_mla_attend<4, 1, false>, a));
+        } else if (fg == 8) {
+            NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, k_mla_attend<8, 2, false>, a));
+        } else if (early) {
+            if (hpw == 4) NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, k_mla_attend<MLA_G, 4, true>, a));
+            else NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, k_mla_attend<MLA_G, 2, true>, a));
+        } else {
+            if (hpw == 4) NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, k_mla_attend<MLA_G, 4, false>, a));
+            else NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, k_mla_attend<MLA_G, 2, false>, a));
+        }
         NB_CUDA_LAUNCHED("mla_attention");
     }
-    if (S > 1 && (!small || sep_merge) && (small || (steps & 4))) {
+    if (S > 1 && (!small || sep_merge) && (small ? (stages & 4) : (steps & 4))) {
         k_mla_merge<<<dim3((unsigned)T, (unsigned)H), 128, 0, stream>>>(a, S);
         NB_CUDA_LAUNCHED("mla_attention merge");
     }
@@ -745,7 +811,7 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
     // 3. out[h] (col-major v x T2) = W_uv[h] (stored [v, r] = col-major r x v, transposed) . o_lat[h]
     const char *wuv = wb + (int64_t)nope * r * es;
     if (small) {
-        NB_TRY(nb_cuda_mla_small_out(ctx, d, &W, a.o32, a.part, sep_merge ? 1 : S, pdl, out));
+        if (stages & 8) NB_TRY(nb_cuda_mla_small_out(ctx, d, &W, a.o32, a.part, sep_merge ? 1 : S, pdl, out));
     } else if (!(steps & 8)) {
     } else if (W.bf16 && one) { /* one term: straight into out */
         NB_TRY(nb_cuda_mla_gemm(ctx, 1, 1, vd, T, r, wuv, r, (int64_t)hs * r, a.ob, r, (int64_t)T * r,

@@ -115,14 +115,32 @@ int nb_cuda_mla_kernel(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_tokens);
  * The environment: NIBBLE_CUDA_MLA_SMALL unset: up to NB_CUDA_MLA_SMALL_DEFAULT tokens; 0:
  * never (the GEMM path); N: up to N tokens. NIBBLE_CUDA_MLA_MERGE=fold | kernel forces the merge
  * form. NIBBLE_CUDA_MLA_PDL=1: programmatic dependent launches. */
+/* pdl modes (NIBBLE_CUDA_MLA_PDL=0|1|2|3): NB_CUDA_MLA_PDL_OFF plain launches; _START the
+ * attention and output steps launched early, each waiting at its start (the output step
+ * prefetching W_uv into L2 meanwhile); _CHAIN all three steps launched early, each doing before
+ * its wait only what no preceding kernel of the step writes: the input step loads its first
+ * W_uk rows, the attention step looks up its first chunk's pool rows and copies those of
+ * positions before the step's tokens (earlier steps wrote them; dense attention only), the
+ * output step loads its whole W_uv slice into registers (BF16, rank <= 512); _EARLY the
+ * _CHAIN kernels with plain launches (their waits are no-ops), for A/B timings. */
+#define NB_CUDA_MLA_PDL_OFF 0
+#define NB_CUDA_MLA_PDL_START 1
+#define NB_CUDA_MLA_PDL_CHAIN 2
+#define NB_CUDA_MLA_PDL_EARLY 3
 #define NB_CUDA_MLA_SMALL_MAX 32
 #define NB_CUDA_MLA_SMALL_DEFAULT 2
 #define NB_CUDA_MLA_FOLD_MAX 4
 #define NB_CUDA_MLA_MERGE_FOLD 0
 #define NB_CUDA_MLA_MERGE_KERNEL 1
 /* Tests and timings: up to max_tokens tokens (0: never; < 0: the environment); merge
- * NB_CUDA_MLA_MERGE_* (else automatic / the environment); pdl 0 or 1 (else the environment). */
+ * NB_CUDA_MLA_MERGE_* (else automatic / the environment); pdl NB_CUDA_MLA_PDL_* (else the
+ * environment). */
 void nb_cuda_mla_force_small(int max_tokens, int merge, int pdl);
+/* Timings only: run only the steps of the small path whose bits are set (1 input, 2 attention,
+ * 4 split merge kernel, 8 output; 0 or 15: all), so a graph of the op can be timed step by
+ * step. The outputs are then meaningless. */
+void nb_cuda_mla_force_stages(int mask);
+int nb_cuda_mla_stages(void);
 /* 1 when a call (or token tile) of n_tokens tokens runs the small path with the kv_b form at w
  * (nb_cuda_mla_w.w: its 16-byte alignment counts; the rank a multiple of 8); sets *merge and
  * *pdl (either may be NULL) to the merge form and launch mode it runs with. A function of the
@@ -133,11 +151,14 @@ int nb_cuda_mla_uses_small(const nb_mla_dims *d, const void *w, int n_tokens, in
  * that lets the next grid launch early). */
 nb_status nb_cuda_mla_small_in(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_mla_w *w, const nb_tensor *q,
                                float *qlat);
+nb_status nb_cuda_mla_small_in_pdl(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_mla_w *w, const nb_tensor *q,
+                                   float *qlat, int pdl);
 /* out[t, h, :] (out [T, H, v] F32) = alpha * o_lat[h][t][:] . W_uv[h]^T, o_lat read from olat
  * ([H][T][r] normalized) when splits <= 1, else merged from the attention kernel's partials
- * part ([T][H][splits][2 + r]: m, l, unnormalized sum; an empty split has m = -inf). pdl:
- * launched as a programmatic dependent of the preceding grid (kv_b must be ready before that
- * grid started: it is read before the wait). */
+ * part ([T][H][splits][2 + r]: m, l, unnormalized sum; an empty split has m = -inf). pdl
+ * (NB_CUDA_MLA_PDL_*): launched as a programmatic dependent of the preceding grid (kv_b must
+ * be ready before that grid started: it is read before the wait). nb_cuda_mla_small_in takes
+ * the same modes through nb_cuda_mla_small_in_pdl (plain: 0). */
 nb_status nb_cuda_mla_small_out(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_mla_w *w, const float *olat,
                                 const float *part, int splits, int pdl, nb_tensor *out);
 /* The float32 attention kernel's heads per warp for the scores: 2 (8 warps per block) up to
@@ -146,6 +167,17 @@ nb_status nb_cuda_mla_small_out(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_
  * timings (anything else: back to the environment / automatic). */
 #define NB_CUDA_MLA_F32_H2_MAX 4
 void nb_cuda_mla_force_f32_heads(int heads_per_warp);
+/* The float32 attention kernel's heads per block: 16 (the form of before), or 8 (2 per warp) or
+ * 4 (1 per warp) in 4 warps: more blocks over the SMs at a few tokens, each reading its chunk of
+ * rows from shared memory fewer times. NB_CUDA_MLA_F32_G_DEFAULT up to NB_CUDA_MLA_F32_G_MAX
+ * tokens, 16 above; NIBBLE_CUDA_MLA_F32_G=4|8|16 picks the count up to that many tokens
+ * (NIBBLE_CUDA_MLA_F32_G_MAX=N: up to N), and this forces one at every token count for tests
+ * and timings (anything else: back to the environment / automatic). Measured on the H200
+ * (bench/RESULTS.md, GLM-5 shapes, context 192, graph): attention step 15.3 -> 9.8 us at one
+ * token, 15.6 -> 13.0 at two (4 heads vs 16), slower from 4 tokens (16.2 -> 22.0 at 4). */
+#define NB_CUDA_MLA_F32_G_DEFAULT 4
+#define NB_CUDA_MLA_F32_G_MAX 2
+void nb_cuda_mla_force_f32_group(int heads);
 
 #ifdef __cplusplus
 }

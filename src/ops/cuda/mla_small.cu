@@ -13,7 +13,12 @@
 // NIBBLE_CUDA_MLA_PDL=1) the attention kernel starts while the input step drains, and the
 // output step starts while the attention runs: it prefetches its slice of W_uv into L2 and its
 // first weights into registers, then waits (griddepcontrol.wait) for the attention's results.
-// Measured slower on the H200 (51 vs 35 us per call at one token), hence off by default.
+// Measured slower on the H200 (51 vs 35 us per call at one token), hence off by default. The
+// chained form (NIBBLE_CUDA_MLA_PDL=2, mla.h NB_CUDA_MLA_PDL_CHAIN: every step launched early,
+// each doing before its wait only what no kernel of the step writes; the output step with its
+// whole W_uv slice in registers, k_mla_small_out_pre) measured slower too (42 vs 29.5 us at one
+// token, 48 vs 33 at two; NIBBLE_CUDA_MLA_PDL=3, the same kernels launched plainly: 34 and 39),
+// so it is an A/B switch only (bench/RESULTS.md, fourth session).
 // Where this path runs at all (by default 1 and 2 tokens) is in mla.h, with the measurements.
 // Exercised by tests/cuda_ops/test_cuda_vs_cpu.c (mla*), timed by
 // tests/cuda_ops/test_cuda_vs_cpu_mla_timing.c (NIBBLE_CUDA_MLA_SMALL=0 for the GEMM path).
@@ -106,10 +111,6 @@ __global__ void __launch_bounds__(MS_IN_WARPS * 32) k_mla_small_in(ms_in_args a)
     const int c = blockIdx.y * MS_IN_COLS + 2 * lane;
     const bool has_col = c < a.r;
     ms_grid_launch(); /* the attention kernel may be scheduled; it waits for this grid */
-    for (int e = tid; e < T * np; e += MS_IN_WARPS * 32) {
-        const int t = e / np, i = e - t * np;
-        qs[e] = i < a.nope ? a.q[(int64_t)t * a.qs0 + (int64_t)h * a.qs1 + i] : 0.0f;
-    }
     const WT *wh = (const WT *)a.w + (int64_t)h * a.hs * a.r + c;
     const int rw = np / MS_IN_WARPS, i0 = w * rw, i1 = i0 + rw;
     float acc[TM][2];
@@ -120,6 +121,13 @@ __global__ void __launch_bounds__(MS_IN_WARPS * 32) k_mla_small_in(ms_in_args a)
     for (int k = 0; k < MS_IN_GROUP; k++) {
         if (has_col && i0 + k < a.nope) nx[k] = ms_ld2(wh + (int64_t)(i0 + k) * a.r);
         else ms_zero(nx[k]);
+    }
+    /* a programmatic dependent (NB_CUDA_MLA_PDL_CHAIN): the weights above are static, q is the
+     * preceding kernels'; a no-op on a plain launch */
+    ms_grid_wait();
+    for (int e = tid; e < T * np; e += MS_IN_WARPS * 32) {
+        const int t = e / np, i = e - t * np;
+        qs[e] = i < a.nope ? a.q[(int64_t)t * a.qs0 + (int64_t)h * a.qs1 + i] : 0.0f;
     }
     __syncthreads();
     for (int i = i0; i < i1; i += MS_IN_GROUP) {
@@ -176,47 +184,15 @@ typedef struct ms_out_args {
     int cp; /* rank columns per warp, a multiple of 8 */
     float *out;
     int64_t os0, os1;
-    int pdl; /* launched as a programmatic dependent: prefetch the weights, then wait */
+    int pdl; /* NB_CUDA_MLA_PDL_START: prefetch W_uv into L2 before the wait */
 } ms_out_args;
 
-// Block (head blockIdx.x, output rows [64 * blockIdx.y, + 64)); lane: rows lane and lane + 32
-// of the slice; warp w: rank columns [w * cp, (w + 1) * cp), then the eight warps' sums are
-// added. o_lat of the head (all T tokens) is first put in shared memory, merged from the KV
-// split partials when the attention was split.
-template <typename WT, int TM>
-__global__ void __launch_bounds__(MS_OUT_WARPS * 32) k_mla_small_out(ms_out_args a)
+// o_lat of head blockIdx.x for all T tokens into os [T][r]: copied, or merged from the KV
+// split partials (es [T][S], inv [T]: scratch in shared memory). Ends with a barrier.
+__device__ __forceinline__ void ms_gather_olat(const ms_out_args &a, float *os, float *es, float *inv)
 {
-    typedef typename ms_raw<WT>::eight raw;
-    extern __shared__ float4 ms_sh[];
-    const int T = a.T, r = a.r, S = a.S;
-    float *os = (float *)ms_sh; /* [T][r], then the warps' partial sums [warp][t][64] */
-    const int osz = max(T * r, MS_OUT_WARPS * T * MS_OUT_ROWS);
-    float *es = os + osz, *inv = es + T * S; /* [T][S] split weights exp(m_s - M), [T] 1 / L */
-    const int h = blockIdx.x, tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
+    const int T = a.T, r = a.r, S = a.S, h = blockIdx.x, tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
     const int NT = MS_OUT_WARPS * 32;
-    const int jb = blockIdx.y * MS_OUT_ROWS, ja = jb + lane, jc = ja + 32;
-    const int c0 = w * a.cp, c1 = min(r, c0 + a.cp);
-    const WT *wa = (const WT *)a.w + ((int64_t)h * a.hs + a.nope + min(ja, a.v - 1)) * r;
-    const WT *wc = (const WT *)a.w + ((int64_t)h * a.hs + a.nope + min(jc, a.v - 1)) * r;
-    // the first weights in flight while o_lat is gathered
-    raw na[2], nc[2];
-#pragma unroll
-    for (int k = 0; k < 2; k++) {
-        const int c = c0 + 8 * k;
-        if (c < c1) na[k] = ms_ld8(wa + c), nc[k] = ms_ld8(wc + c);
-        else ms_zero(na[k]), ms_zero(nc[k]);
-    }
-    if (a.pdl) {
-        /* the block's W_uv rows are contiguous: into L2 in 4 KB pieces while the attention runs */
-        const int rows = min(MS_OUT_ROWS, a.v - jb);
-        const char *src = (const char *)a.w + ((int64_t)h * a.hs + a.nope + jb) * r * (int64_t)sizeof(WT);
-        const int64_t bytes = (int64_t)rows * r * (int64_t)sizeof(WT);
-        for (int64_t off = (int64_t)tid * 4096; off < bytes; off += (int64_t)NT * 4096) {
-            const unsigned n = (unsigned)min((int64_t)4096, bytes - off);
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src + off), "r"(n) : "memory");
-        }
-        ms_grid_wait(); /* o_lat / the partials are the preceding grid's */
-    }
     if (!a.part) {
         const float *src = a.olat + (int64_t)h * T * r;
         for (int e = tid; e < T * r; e += NT) os[e] = src[e];
@@ -249,6 +225,47 @@ __global__ void __launch_bounds__(MS_OUT_WARPS * 32) k_mla_small_out(ms_out_args
         }
     }
     __syncthreads();
+}
+
+// Block (head blockIdx.x, output rows [64 * blockIdx.y, + 64)); lane: rows lane and lane + 32
+// of the slice; warp w: rank columns [w * cp, (w + 1) * cp), then the eight warps' sums are
+// added. o_lat of the head (all T tokens) is first put in shared memory, merged from the KV
+// split partials when the attention was split.
+template <typename WT, int TM>
+__global__ void __launch_bounds__(MS_OUT_WARPS * 32) k_mla_small_out(ms_out_args a)
+{
+    typedef typename ms_raw<WT>::eight raw;
+    extern __shared__ float4 ms_sh[];
+    const int T = a.T, r = a.r, S = a.S;
+    float *os = (float *)ms_sh; /* [T][r], then the warps' partial sums [warp][t][64] */
+    const int osz = max(T * r, MS_OUT_WARPS * T * MS_OUT_ROWS);
+    float *es = os + osz, *inv = es + T * S; /* [T][S] split weights exp(m_s - M), [T] 1 / L */
+    const int h = blockIdx.x, tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
+    const int NT = MS_OUT_WARPS * 32;
+    const int jb = blockIdx.y * MS_OUT_ROWS, ja = jb + lane, jc = ja + 32;
+    const int c0 = w * a.cp, c1 = min(r, c0 + a.cp);
+    const WT *wa = (const WT *)a.w + ((int64_t)h * a.hs + a.nope + min(ja, a.v - 1)) * r;
+    const WT *wc = (const WT *)a.w + ((int64_t)h * a.hs + a.nope + min(jc, a.v - 1)) * r;
+    // the first weights in flight while o_lat is gathered
+    raw na[2], nc[2];
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        const int c = c0 + 8 * k;
+        if (c < c1) na[k] = ms_ld8(wa + c), nc[k] = ms_ld8(wc + c);
+        else ms_zero(na[k]), ms_zero(nc[k]);
+    }
+    if (a.pdl == NB_CUDA_MLA_PDL_START) {
+        /* the block's W_uv rows are contiguous: into L2 in 4 KB pieces while the attention runs */
+        const int rows = min(MS_OUT_ROWS, a.v - jb);
+        const char *src = (const char *)a.w + ((int64_t)h * a.hs + a.nope + jb) * r * (int64_t)sizeof(WT);
+        const int64_t bytes = (int64_t)rows * r * (int64_t)sizeof(WT);
+        for (int64_t off = (int64_t)tid * 4096; off < bytes; off += (int64_t)NT * 4096) {
+            const unsigned n = (unsigned)min((int64_t)4096, bytes - off);
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src + off), "r"(n) : "memory");
+        }
+    }
+    ms_grid_wait(); /* o_lat / the partials are the preceding grid's (no-op on a plain launch) */
+    ms_gather_olat(a, os, es, inv);
     float acc[TM][2];
 #pragma unroll
     for (int t = 0; t < TM; t++) acc[t][0] = acc[t][1] = 0.0f;
@@ -299,6 +316,76 @@ __global__ void __launch_bounds__(MS_OUT_WARPS * 32) k_mla_small_out(ms_out_args
     }
 }
 
+// The same step with the thread's whole W_uv slice (two rows x cp <= MS_PRE_COLS BF16
+// columns: 64 registers at GLM-5's rank 512) loaded before the wait (NB_CUDA_MLA_PDL_CHAIN,
+// _EARLY): launched as a programmatic dependent, the weights stream while the attention runs.
+// Same products in the same order as k_mla_small_out (bitwise the same result).
+#define MS_PRE_COLS 64
+template <int TM>
+__global__ void __launch_bounds__(MS_OUT_WARPS * 32) k_mla_small_out_pre(ms_out_args a)
+{
+    extern __shared__ float4 ms_sh[];
+    const int T = a.T, r = a.r, S = a.S;
+    float *os = (float *)ms_sh;
+    const int osz = max(T * r, MS_OUT_WARPS * T * MS_OUT_ROWS);
+    float *es = os + osz, *inv = es + T * S;
+    const int h = blockIdx.x, tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
+    const int NT = MS_OUT_WARPS * 32;
+    const int jb = blockIdx.y * MS_OUT_ROWS, ja = jb + lane, jc = ja + 32;
+    const int c0 = w * a.cp, c1 = min(r, c0 + a.cp);
+    const uint16_t *wa = (const uint16_t *)a.w + ((int64_t)h * a.hs + a.nope + min(ja, a.v - 1)) * r;
+    const uint16_t *wc = (const uint16_t *)a.w + ((int64_t)h * a.hs + a.nope + min(jc, a.v - 1)) * r;
+    uint4 ra[MS_PRE_COLS / 8], rc[MS_PRE_COLS / 8];
+#pragma unroll
+    for (int k = 0; k < MS_PRE_COLS / 8; k++) {
+        const int c = c0 + 8 * k;
+        if (c < c1) ra[k] = ms_ld8(wa + c), rc[k] = ms_ld8(wc + c);
+        else ms_zero(ra[k]), ms_zero(rc[k]);
+    }
+    ms_grid_wait();
+    ms_gather_olat(a, os, es, inv);
+    float acc[TM][2];
+#pragma unroll
+    for (int t = 0; t < TM; t++) acc[t][0] = acc[t][1] = 0.0f;
+#pragma unroll
+    for (int k = 0; k < MS_PRE_COLS / 8; k++) {
+        const int c = c0 + 8 * k;
+        if (c >= c1) break;
+        float fa[8], fc[8];
+        ms_cv8(ra[k], fa);
+        ms_cv8(rc[k], fc);
+#pragma unroll
+        for (int t = 0; t < TM; t++) {
+            if (t < T) {
+                const float4 o0 = *(const float4 *)(os + t * r + c);
+                const float4 o1 = *(const float4 *)(os + t * r + c + 4);
+                const float ov[8] = {o0.x, o0.y, o0.z, o0.w, o1.x, o1.y, o1.z, o1.w};
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    acc[t][0] = fmaf(ov[i], fa[i], acc[t][0]);
+                    acc[t][1] = fmaf(ov[i], fc[i], acc[t][1]);
+                }
+            }
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int t = 0; t < TM; t++)
+        if (t < T) {
+            os[(w * T + t) * MS_OUT_ROWS + lane] = acc[t][0];
+            os[(w * T + t) * MS_OUT_ROWS + 32 + lane] = acc[t][1];
+        }
+    __syncthreads();
+    for (int e = tid; e < T * MS_OUT_ROWS; e += NT) {
+        const int t = e / MS_OUT_ROWS, jj = e - t * MS_OUT_ROWS, j = jb + jj;
+        if (j >= a.v) continue;
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < MS_OUT_WARPS; k++) s += os[(k * T + t) * MS_OUT_ROWS + jj];
+        a.out[(int64_t)t * a.os0 + (int64_t)h * a.os1 + j] = a.alpha * s;
+    }
+}
+
 // ---- host side -------------------------------------------------------------------------
 
 /* nb_cuda_mla_force_small; -1: the environment */
@@ -308,12 +395,17 @@ extern "C" void nb_cuda_mla_force_small(int max_tokens, int merge, int pdl)
 {
     g_small = max_tokens < 0 ? -1 : max_tokens > NB_CUDA_MLA_SMALL_MAX ? NB_CUDA_MLA_SMALL_MAX : max_tokens;
     g_merge = merge == NB_CUDA_MLA_MERGE_FOLD || merge == NB_CUDA_MLA_MERGE_KERNEL ? merge : -1;
-    g_pdl = pdl == 0 || pdl == 1 ? pdl : -1;
+    g_pdl = pdl >= NB_CUDA_MLA_PDL_OFF && pdl <= NB_CUDA_MLA_PDL_EARLY ? pdl : -1;
 }
+
+static int g_stages; /* nb_cuda_mla_force_stages; 0: all */
+
+extern "C" void nb_cuda_mla_force_stages(int mask) { g_stages = mask > 0 && mask < 15 ? mask : 0; }
+extern "C" int nb_cuda_mla_stages(void) { return g_stages ? g_stages : 15; }
 
 // The settings (mla.h): forced, else NIBBLE_CUDA_MLA_SMALL (unset: NB_CUDA_MLA_SMALL_DEFAULT;
 // N: up to N tokens, 0: never), NIBBLE_CUDA_MLA_MERGE (fold | kernel; unset: by token count),
-// NIBBLE_CUDA_MLA_PDL (1: programmatic dependent launches; unset: plain, measured faster).
+// NIBBLE_CUDA_MLA_PDL (0..3: NB_CUDA_MLA_PDL_*, mla.h; unset: plain).
 static void small_setting(int *max_tokens, int *merge, int *pdl)
 {
     const char *e = getenv("NIBBLE_CUDA_MLA_SMALL");
@@ -325,7 +417,8 @@ static void small_setting(int *max_tokens, int *merge, int *pdl)
              : e && !strcmp(e, "kernel") ? NB_CUDA_MLA_MERGE_KERNEL
                                          : -1;
     e = getenv("NIBBLE_CUDA_MLA_PDL");
-    *pdl = g_pdl >= 0 ? g_pdl : e && !strcmp(e, "1");
+    const int ep = e && e[0] >= '0' && e[0] <= '3' && !e[1] ? e[0] - '0' : NB_CUDA_MLA_PDL_OFF;
+    *pdl = g_pdl >= 0 ? g_pdl : ep;
 }
 
 static int in_np(int nope)
@@ -363,18 +456,40 @@ extern "C" int nb_cuda_mla_uses_small(const nb_mla_dims *d, const void *w, int n
 
 static int bucket(int T) { return T <= 1 ? 1 : T <= 2 ? 2 : T <= 4 ? 4 : T <= 8 ? 8 : T <= 16 ? 16 : 32; }
 
-#define MS_BUCKETS(K, WT, ARGS, GRID, BLOCK, SMEM, STREAM)                                       \
-    switch (bucket(ARGS.T)) {                                                                   \
-    case 1: K<WT, 1><<<GRID, BLOCK, SMEM, STREAM>>>(ARGS); break;                               \
-    case 2: K<WT, 2><<<GRID, BLOCK, SMEM, STREAM>>>(ARGS); break;                               \
-    case 4: K<WT, 4><<<GRID, BLOCK, SMEM, STREAM>>>(ARGS); break;                               \
-    case 8: K<WT, 8><<<GRID, BLOCK, SMEM, STREAM>>>(ARGS); break;                               \
-    case 16: K<WT, 16><<<GRID, BLOCK, SMEM, STREAM>>>(ARGS); break;                             \
-    default: K<WT, 32><<<GRID, BLOCK, SMEM, STREAM>>>(ARGS); break;                             \
+template <typename WT, int TM>
+static cudaError_t in_launch(dim3 grid, size_t smem, cudaStream_t st, int pdl, const ms_in_args &a)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(MS_IN_WARPS * 32);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, k_mla_small_in<WT, TM>, a);
+}
+
+#define MS_IN_LAUNCH(WT)                                                                  \
+    switch (bucket(a.T)) {                                                                \
+    case 1: le = in_launch<WT, 1>(grid, smem, st, pdl, a); break;                         \
+    case 2: le = in_launch<WT, 2>(grid, smem, st, pdl, a); break;                         \
+    case 4: le = in_launch<WT, 4>(grid, smem, st, pdl, a); break;                         \
+    case 8: le = in_launch<WT, 8>(grid, smem, st, pdl, a); break;                         \
+    case 16: le = in_launch<WT, 16>(grid, smem, st, pdl, a); break;                       \
+    default: le = in_launch<WT, 32>(grid, smem, st, pdl, a); break;                       \
     }
 
 extern "C" nb_status nb_cuda_mla_small_in(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_mla_w *W,
                                           const nb_tensor *q, float *qlat)
+{
+    return nb_cuda_mla_small_in_pdl(ctx, d, W, q, qlat, NB_CUDA_MLA_PDL_OFF);
+}
+
+extern "C" nb_status nb_cuda_mla_small_in_pdl(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_mla_w *W,
+                                              const nb_tensor *q, float *qlat, int pdl_mode)
 {
     ms_in_args a;
     a.q = (const float *)q->data;
@@ -389,62 +504,40 @@ extern "C" nb_status nb_cuda_mla_small_in(nb_ops_ctx *ctx, const nb_mla_dims *d,
     const dim3 grid((unsigned)d->n_heads, (unsigned)((a.r + MS_IN_COLS - 1) / MS_IN_COLS));
     const size_t smem = in_smem(a.T, a.nope);
     cudaStream_t st = nb_cuda_stream(ctx);
+    /* only the chained mode launches the input step early: its wait is its only guard */
+    const int pdl = pdl_mode == NB_CUDA_MLA_PDL_CHAIN;
+    cudaError_t le;
     if (W->bf16) {
-        MS_BUCKETS(k_mla_small_in, uint16_t, a, grid, MS_IN_WARPS * 32, smem, st);
+        MS_IN_LAUNCH(uint16_t);
     } else {
-        MS_BUCKETS(k_mla_small_in, float, a, grid, MS_IN_WARPS * 32, smem, st);
+        MS_IN_LAUNCH(float);
+    }
+    if (le != cudaSuccess) {
+        cudaGetLastError();
+        return nb_error(NB_ERR_CUDA, "mla_attention small in: launch failed: %s", cudaGetErrorString(le));
     }
     NB_CUDA_LAUNCHED("mla_attention small in");
     return NB_OK;
 }
 
-// The output kernels' shared memory above 48 KB needs the opt-in attribute, set once per
-// instantiation and device (outside graph capture: the first call of a size is eager).
-static nb_status out_attr(const void *fn, int *done, int device, int max_smem)
+// The output kernel for a weight form, preload variant and token bucket.
+static const void *out_kernel(int bf16, int pre, int T, int *index)
 {
-    if (*done == device + 1) return NB_OK;
-    NB_CUDA_TRY(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
-    *done = device + 1;
-    return NB_OK;
+    static const void *const fns[3][6] = {
+        {(const void *)k_mla_small_out<float, 1>, (const void *)k_mla_small_out<float, 2>,
+         (const void *)k_mla_small_out<float, 4>, (const void *)k_mla_small_out<float, 8>,
+         (const void *)k_mla_small_out<float, 16>, (const void *)k_mla_small_out<float, 32>},
+        {(const void *)k_mla_small_out<uint16_t, 1>, (const void *)k_mla_small_out<uint16_t, 2>,
+         (const void *)k_mla_small_out<uint16_t, 4>, (const void *)k_mla_small_out<uint16_t, 8>,
+         (const void *)k_mla_small_out<uint16_t, 16>, (const void *)k_mla_small_out<uint16_t, 32>},
+        {(const void *)k_mla_small_out_pre<1>, (const void *)k_mla_small_out_pre<2>,
+         (const void *)k_mla_small_out_pre<4>, (const void *)k_mla_small_out_pre<8>,
+         (const void *)k_mla_small_out_pre<16>, (const void *)k_mla_small_out_pre<32>}};
+    const int b = bucket(T), i = b == 1 ? 0 : b == 2 ? 1 : b == 4 ? 2 : b == 8 ? 3 : b == 16 ? 4 : 5;
+    const int f = pre ? 2 : bf16 ? 1 : 0;
+    *index = f * 6 + i;
+    return fns[f][i];
 }
-
-#define MS_OUT_ATTR(WT)                                                                                      \
-    do {                                                                                                     \
-        static int done_[6];                                                                                 \
-        const void *fns_[6] = {(const void *)k_mla_small_out<WT, 1>,  (const void *)k_mla_small_out<WT, 2>, \
-                               (const void *)k_mla_small_out<WT, 4>,  (const void *)k_mla_small_out<WT, 8>, \
-                               (const void *)k_mla_small_out<WT, 16>, (const void *)k_mla_small_out<WT, 32>}; \
-        const int b_ = bucket(a.T), i_ = b_ == 1 ? 0 : b_ == 2 ? 1 : b_ == 4 ? 2 : b_ == 8 ? 3 : b_ == 16 ? 4 : 5; \
-        NB_TRY(out_attr(fns_[i_], &done_[i_], cs->device, max_smem));                                      \
-    } while (0)
-
-// A launch, as a programmatic dependent of the preceding grid when pdl (graph capture keeps
-// the edge).
-template <typename WT, int TM>
-static cudaError_t out_launch(dim3 grid, size_t smem, cudaStream_t st, int pdl, const ms_out_args &a)
-{
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(MS_OUT_WARPS * 32);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = st;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = pdl ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, k_mla_small_out<WT, TM>, a);
-}
-
-#define MS_OUT_LAUNCH(WT)                                                                 \
-    switch (bucket(a.T)) {                                                                \
-    case 1: le = out_launch<WT, 1>(grid, smem, st, pdl, a); break;                        \
-    case 2: le = out_launch<WT, 2>(grid, smem, st, pdl, a); break;                        \
-    case 4: le = out_launch<WT, 4>(grid, smem, st, pdl, a); break;                        \
-    case 8: le = out_launch<WT, 8>(grid, smem, st, pdl, a); break;                        \
-    case 16: le = out_launch<WT, 16>(grid, smem, st, pdl, a); break;                      \
-    default: le = out_launch<WT, 32>(grid, smem, st, pdl, a); break;                      \
-    }
 
 extern "C" nb_status nb_cuda_mla_small_out(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_mla_w *W,
                                            const float *olat, const float *part, int splits, int pdl, nb_tensor *out)
@@ -461,7 +554,7 @@ extern "C" nb_status nb_cuda_mla_small_out(nb_ops_ctx *ctx, const nb_mla_dims *d
     a.cp = (a.r / 8 + MS_OUT_WARPS - 1) / MS_OUT_WARPS * 8;
     a.out = (float *)out->data;
     a.os0 = out->stride[0], a.os1 = out->stride[1];
-    a.pdl = pdl ? 1 : 0;
+    a.pdl = pdl;
     if (a.T < 1 || a.T > NB_CUDA_MLA_SMALL_MAX || a.r % 8)
         return nb_error(NB_ERR_INTERNAL, "mla small: %d tokens (1..%d), rank %d", a.T, NB_CUDA_MLA_SMALL_MAX, a.r);
     const size_t smem = out_smem(a.T, a.r, a.S);
@@ -472,14 +565,27 @@ extern "C" nb_status nb_cuda_mla_small_out(nb_ops_ctx *ctx, const nb_mla_dims *d
                         a.T, a.r, max_smem);
     const dim3 grid((unsigned)a.H, (unsigned)((a.v + MS_OUT_ROWS - 1) / MS_OUT_ROWS));
     cudaStream_t st = nb_cuda_stream(ctx);
-    cudaError_t le;
-    if (W->bf16) {
-        MS_OUT_ATTR(uint16_t);
-        MS_OUT_LAUNCH(uint16_t);
-    } else {
-        MS_OUT_ATTR(float);
-        MS_OUT_LAUNCH(float);
+    /* the chained / early modes hold the thread's W_uv slice in registers (BF16, cp <= 64) */
+    const int pre = (pdl == NB_CUDA_MLA_PDL_CHAIN || pdl == NB_CUDA_MLA_PDL_EARLY) && W->bf16 && a.cp <= MS_PRE_COLS;
+    int fi = 0;
+    const void *fn = out_kernel(W->bf16, pre, a.T, &fi);
+    static int attr_done[18]; /* the opt-in shared memory attribute, once per kernel and device */
+    if (attr_done[fi] != cs->device + 1) {
+        NB_CUDA_TRY(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+        attr_done[fi] = cs->device + 1;
     }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(MS_OUT_WARPS * 32);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl == NB_CUDA_MLA_PDL_START || pdl == NB_CUDA_MLA_PDL_CHAIN ? 1 : 0;
+    void *args[] = {&a};
+    const cudaError_t le = cudaLaunchKernelExC(&cfg, fn, args);
     if (le != cudaSuccess) {
         cudaGetLastError();
         return nb_error(NB_ERR_CUDA, "mla_attention small out: launch failed: %s", cudaGetErrorString(le));
