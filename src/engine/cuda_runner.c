@@ -31,7 +31,11 @@
 /* Scratch slots a captured step reads (the ops' 0..3, the activations, and the ops' slots of
  * a side branch, 8..11: graph.h): the graph is valid while none of them has moved. */
 #define CR_GRAPH_SLOTS (NB_FWD_ACT_SLOT + 1)
+#if NIBBLE_HAVE_CUDA
 #define CR_SCRATCH_KEY (CR_GRAPH_SLOTS + NB_CUDA_SCRATCH_PTRS - 8)
+#else
+#define CR_SCRATCH_KEY CR_GRAPH_SLOTS
+#endif
 
 typedef struct cr_graph {
 #if NIBBLE_HAVE_CUDA
