@@ -14,6 +14,8 @@
 #            between settings; default: the old linear_mma grid, then the old MLA split cap) -> ab.log
 #   pipetest test_cuda_vs_cpu's PIPETEST_CASES with PIPETEST_ENV set -> pipetest.log
 #   profile  scripts/device-profile.sh (1, 10, 1000)             -> profile.log
+#   goldenab the golden fixtures of GOLDEN_FAMILIES (default glm_moe_dsa) with each GOLDEN_AB
+#            setting (env assignments, ';' between)                -> goldenab.log
 #   serve    scripts/device-issue9.sh serve (serve + bench, NVML) -> bench.log
 # summary.txt collects each part's summary lines; at most 8 files come back.
 set -uo pipefail
@@ -59,6 +61,17 @@ for p in ${PARTS:-verify offline ab profile serve}; do
       mkdir -p /tmp/final-prof
       OUT=/tmp/final-prof MODEL=$MODEL scripts/device-profile.sh >>"$SUM" 2>&1 || rc=1
       cp /tmp/final-prof/profile.log "$OUT/" ;;
+    goldenab)
+      # the golden fixtures of GOLDEN_FAMILIES once per GOLDEN_AB setting (';' between), to find
+      # which switch moves a fixture's error
+      IFS=';' read -ra gsettings <<<"${GOLDEN_AB:-NIBBLE_CUDA_BRANCH=0}"
+      for s in "" "${gsettings[@]}"; do
+        echo "=== setting: ${s:-default}" >>"$OUT/goldenab.log"
+        # shellcheck disable=SC2086 # a list of VAR=value assignments
+        env $s GOLDEN_FAMILIES="${GOLDEN_FAMILIES:-glm_moe_dsa}" NIBBLE_BIN=$wrap timeout 120 \
+          python3 tests/cuda_ops/cuda_golden_check.py >>"$OUT/goldenab.log" 2>&1
+        grep -E "score vs HF" "$OUT/goldenab.log" | tail -2 | sed "s/^/${s:-default}: /" >>"$SUM"
+      done ;;
     serve)
       mkdir -p /tmp/final-serve
       OUT=/tmp/final-serve MODEL=$MODEL STEPS=serve scripts/device-issue9.sh >>"$SUM" 2>&1 || rc=1

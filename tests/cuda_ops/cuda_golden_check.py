@@ -6,7 +6,8 @@
                                         that step (a near-tie) and fails only when the margin
                                         exceeds NEAR_TIE.
 Also prints the CUDA-vs-CPU logits error. Exits 77 without a GPU.
-Run: NIBBLE_BIN=build-x/nibble python3 tests/cuda_ops/cuda_golden_check.py"""
+Run: NIBBLE_BIN=build-x/nibble python3 tests/cuda_ops/cuda_golden_check.py
+(GOLDEN_FAMILIES=glm_moe_dsa,qwen3_moe limits it to those fixtures)"""
 import json
 import math
 import os
@@ -57,7 +58,10 @@ def main():
         print(f"no nibble binary at {NIBBLE}", file=sys.stderr)
         return 77
     failures = 0
-    for fam in ("glm_moe_dsa", "deepseek_v3", "glm4_moe", "qwen3_moe", "qwen3_moe_fused"):
+    fams = ("glm_moe_dsa", "deepseek_v3", "glm4_moe", "qwen3_moe", "qwen3_moe_fused")
+    if os.environ.get("GOLDEN_FAMILIES"):  # a subset, e.g. for A/B runs of one fixture
+        fams = tuple(f for f in fams if f in os.environ["GOLDEN_FAMILIES"].split(","))
+    for fam in fams:
         d = os.path.join(FIX, fam)
         if not os.path.exists(os.path.join(d, "reference.json")):
             continue
