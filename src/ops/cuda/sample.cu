@@ -245,20 +245,13 @@ __global__ void __launch_bounds__(NB_SB) nb_sample_kernel(float *logits, int V, 
             u64 resid = 0;
             for (int r = 0; r * 32 < nch; r++) {
                 int c = r * 32 + lane;
-                u64 v = c < nch ? s.mass[c] : 0, incl = v;
-                for (int o = 1; o < 32; o <<= 1) {
-                    u64 y = __shfl_up_sync(0xffffffffu, incl, o);
-                    if (lane >= o) incl += y;
-                }
-                unsigned hit = __ballot_sync(0xffffffffu, base + incl > target);
-                if (hit) {
-                    int f = __ffs(hit) - 1;
-                    u64 exc = base + __shfl_sync(0xffffffffu, incl - v, f);
+                u64 v = c < nch ? s.mass[c] : 0, exc;
+                const int f = nb_warp_walk(v, &base, target, &exc);
+                if (f >= 0) {
                     chunk = r * 32 + f;
                     resid = target - exc;
                     break;
                 }
-                base += __shfl_sync(0xffffffffu, incl, 31);
             }
             // then the token inside it, in id order
             u64 run = 0;
@@ -272,17 +265,12 @@ __global__ void __launch_bounds__(NB_SB) nb_sample_kernel(float *logits, int V, 
                     nb_smp_elem(1, x, i, m, inv_t, min_p, &key, &w, &cand);
                     if (cand && key >= kstar) v = w;
                 }
-                u64 incl = v;
-                for (int o = 1; o < 32; o <<= 1) {
-                    u64 y = __shfl_up_sync(0xffffffffu, incl, o);
-                    if (lane >= o) incl += y;
-                }
-                unsigned hit = __ballot_sync(0xffffffffu, run + incl > resid);
-                if (hit) {
-                    tok = chunk * NB_CHUNK + j * 32 + __ffs(hit) - 1;
+                u64 exc;
+                const int f = nb_warp_walk(v, &run, resid, &exc);
+                if (f >= 0) {
+                    tok = chunk * NB_CHUNK + j * 32 + f;
                     break;
                 }
-                run += __shfl_sync(0xffffffffu, incl, 31);
             }
             if (lane == 0) s.token = tok;
         }

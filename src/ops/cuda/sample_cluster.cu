@@ -413,20 +413,13 @@ __global__ void __launch_bounds__(NB_SB) nb_sample_cl_kernel(float *logits, int 
             for (int r0 = 0; r0 * 32 < nch; r0++) {
                 const int c = r0 * 32 + lane;
                 const u64 v = c < nch ? *cl_at(&s.cmass[c % cps], c / cps) : 0;
-                u64 incl = v;
-                for (int o = 1; o < 32; o <<= 1) {
-                    u64 y = __shfl_up_sync(0xffffffffu, incl, o);
-                    if (lane >= o) incl += y;
-                }
-                const unsigned hit = __ballot_sync(0xffffffffu, base + incl > target);
-                if (hit) {
-                    const int f = __ffs(hit) - 1;
-                    const u64 exc = base + __shfl_sync(0xffffffffu, incl - v, f);
+                u64 exc;
+                const int f = nb_warp_walk(v, &base, target, &exc);
+                if (f >= 0) {
                     chunk = r0 * 32 + f;
                     resid = target - exc;
                     break;
                 }
-                base += __shfl_sync(0xffffffffu, incl, 31);
             }
             // the block holding that chunk walks it, in id order
             int tok = -2; // not this block's
@@ -443,17 +436,12 @@ __global__ void __launch_bounds__(NB_SB) nb_sample_cl_kernel(float *logits, int 
                         cl_elem(1, xs[i], lo + i, min_p, &key, &w, &cand);
                         if (cand && key >= kstar) v = w;
                     }
-                    u64 incl = v;
-                    for (int o = 1; o < 32; o <<= 1) {
-                        u64 y = __shfl_up_sync(0xffffffffu, incl, o);
-                        if (lane >= o) incl += y;
-                    }
-                    const unsigned hit = __ballot_sync(0xffffffffu, run + incl > resid);
-                    if (hit) {
-                        tok = lo + i - lane + __ffs(hit) - 1;
+                    u64 exc;
+                    const int f = nb_warp_walk(v, &run, resid, &exc);
+                    if (f >= 0) {
+                        tok = lo + i - lane + f;
                         break;
                     }
-                    run += __shfl_sync(0xffffffffu, incl, 31);
                 }
             }
             if (lane == 0) s.token = tok;

@@ -129,4 +129,31 @@ __device__ static void nb_blk_scan2(u64 c, u64 w, u64 *ce, u64 *we, u64 *red, u6
     *we = wb + wi - w;
 }
 
+// Warp-wide inclusive prefix sum of v in lane order.
+__device__ __forceinline__ u64 nb_warp_incl_u64(u64 v)
+{
+    const int lane = threadIdx.x & 31;
+    for (int o = 1; o < 32; o <<= 1) {
+        u64 y = __shfl_up_sync(0xffffffffu, v, o);
+        if (lane >= o) v += y;
+    }
+    return v;
+}
+
+// One round of a running-total walk over 32 values in lane order, *base the total before
+// lane 0: the first lane whose running total exceeds target (*excl: the total before it), or
+// -1 with *base advanced past the round. Every lane gets the same answer.
+__device__ __forceinline__ int nb_warp_walk(u64 v, u64 *base, u64 target, u64 *excl)
+{
+    const u64 incl = nb_warp_incl_u64(v);
+    const unsigned hit = __ballot_sync(0xffffffffu, *base + incl > target);
+    if (hit) {
+        const int f = __ffs(hit) - 1;
+        *excl = *base + __shfl_sync(0xffffffffu, incl - v, f);
+        return f;
+    }
+    *base += __shfl_sync(0xffffffffu, incl, 31);
+    return -1;
+}
+
 #endif
