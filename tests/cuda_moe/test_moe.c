@@ -6,7 +6,8 @@
  *             T = 16384 sampled, GLM-5 shapes), accumulate; the stream kernel's variants
  *             (small-step kernel, routing scans, forced tile widths)
  *             and the wgmma kernel's (tile widths, wgmma depth, accumulator chains,
- *             warps per block, old), and the producer/consumer wgmma kernel (moe_wgpc)
+ *             warps per block, old), its widths in steps of 8 (moe_wgmma_n8,
+ *             NIBBLE_MOE_WG_N8=1), and the producer/consumer wgmma kernel (moe_wgpc)
  *   shared:   the dense shared expert
  *   router_*: top-k router vs a CPU router written here (ids exact, weights 1e-5)
  * The repack round trip and the CPU op's agreement with the same float64 reference are
@@ -326,6 +327,48 @@ static void test_moe_wgmma_variants(void)
     experts_free(&big);
 }
 
+/* NIBBLE_MOE_WG_N8=1 (ops/cuda/moe_wgmma.cu, moe_wg_item_n8): the wgmma instruction width of
+ * each tile is its token count rounded up to 8 (n8..n64), at every tile width and warp count
+ * that has such an instance, and at the ladder's own choice (N and W unset). One expert takes
+ * T = 1..NW + 8 tokens (top-1, one hot) at 8j + 1 and 8j + 8, so each width runs with its
+ * narrowest and fullest tile, next to a full tile plus a remainder; then mixed counts (~31 per
+ * expert), skipped ids with out +=, and GLM-5 shapes at ~31 tokens per expert. */
+static const struct {
+    const char *n, *w;
+} wg_n8_cfgs[] = {{"16", "16"}, {"32", "16"}, {"48", "16"}, {"16", "8"}, {"32", "8"},
+                  {"48", "8"},  {"64", "8"},  {"", ""}};
+
+static void test_moe_wgmma_n8(void)
+{
+    if (!gpu_or_skip() || !have_wgmma()) return;
+    seed();
+    experts x, big;
+    NB_CHECK(experts_make(&x, 16, 512, 256) == 0);
+    NB_CHECK(experts_make(&big, 4, 6144, 2048) == 0);
+    unsetenv("NIBBLE_MOE_WG"), unsetenv("NIBBLE_MOE_WG_A"), unsetenv("NIBBLE_MOE_WG_NS");
+    unsetenv("NIBBLE_MOE_WG_D"), unsetenv("NIBBLE_MOE_WG_C");
+    setenv("NIBBLE_MOE_WG_N8", "1", 1);
+    for (size_t c = 0; c < NB_ARRAY_LEN(wg_n8_cfgs); c++) {
+        setenv("NIBBLE_MOE_WG_N", wg_n8_cfgs[c].n, 1);
+        setenv("NIBBLE_MOE_WG_W", wg_n8_cfgs[c].w, 1);
+        const int nw = *wg_n8_cfgs[c].n ? atoi(wg_n8_cfgs[c].n) : 64;
+        fprintf(stderr, "  wgmma n8: N %s W %s\n", *wg_n8_cfgs[c].n ? wg_n8_cfgs[c].n : "(ladder)",
+                *wg_n8_cfgs[c].w ? wg_n8_cfgs[c].w : "(ladder)");
+        for (int j = 0; j < nw / 8; j++) {
+            moe_case(&x, 8 * j + 1, 1, ROUTE_ONE_HOT, NB_MOE_KERNEL_WGMMA, 0, 16);
+            moe_case(&x, 8 * j + 8, 1, ROUTE_ONE_HOT, NB_MOE_KERNEL_WGMMA, 0, 16);
+        }
+        moe_case(&x, nw + 5, 1, ROUTE_ONE_HOT, NB_MOE_KERNEL_WGMMA, 0, 12); /* full tile + 5 */
+        moe_case(&x, 62, 8, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 12);     /* ~31 per expert, mixed */
+        moe_case(&x, 40, 4, ROUTE_SKIP, NB_MOE_KERNEL_WGMMA, 1, 8);         /* ids of -1, out += */
+        if (strcmp(wg_n8_cfgs[c].w, "8"))
+            moe_case(&big, 124, 1, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 3); /* ~31 per expert */
+    }
+    unsetenv("NIBBLE_MOE_WG_N8"), unsetenv("NIBBLE_MOE_WG_N"), unsetenv("NIBBLE_MOE_WG_W");
+    experts_free(&x);
+    experts_free(&big);
+}
+
 /* The producer/consumer wgmma kernel (ops/cuda/moe_wgpc.cu, NIBBLE_MOE_WG=pc) at each compiled
  * tile width / remainder width, and at the ladder's own width (N unset), with the producer's
  * cp.async loads and (bulk "1") its cp.async.bulk variant: the edge cases of moe_small, GLM-5
@@ -542,7 +585,8 @@ static void test_router(void)
 static const nb_test tests[] = {
     {"moe_small", test_moe_small}, {"moe_big_t", test_moe_big_t},
     {"moe_glm5_shape", test_moe_glm5_shape}, {"moe_stream_variants", test_moe_stream_variants},
-    {"moe_wgmma_variants", test_moe_wgmma_variants}, {"moe_wgpc", test_moe_wgpc},
+    {"moe_wgmma_variants", test_moe_wgmma_variants}, {"moe_wgmma_n8", test_moe_wgmma_n8},
+    {"moe_wgpc", test_moe_wgpc},
     {"shared", test_shared},   {"router", test_router},
 };
 

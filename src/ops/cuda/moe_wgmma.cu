@@ -191,7 +191,7 @@ __device__ __forceinline__ void moe_wg_item(const moe_params &p, char *ring, cha
             expand_scales(((sl & 1) ? scb.y : scb.x) >> (q * 16), xb, xb8);
             const uint32_t wwa[4] = {ca.x, ca.y, ca.z, ca.w};
             const uint32_t wwb[4] = {cb.x, cb.y, cb.z, cb.w};
-            if (!AS) {
+            if constexpr (!AS) {  // constexpr: the n8 widths have no shared-memory-A wrappers
 #pragma unroll
                 for (int s = 0; s < 4; s++) {
                     // k-step j of the slice writes A set j % D, whose last reader (k-step
@@ -293,8 +293,25 @@ __device__ __forceinline__ void moe_wg_item(const moe_params &p, char *ring, cha
 #endif
 }
 
-// Tile widths of one kernel instance: NS < 0 (the second session's kernel): the narrowest
-// of 16/32/48/64 that covers the tile; NS == 0: always NW (tiles are cut at NW); NS > 0:
+// NIBBLE_MOE_WG_N8 (NS == -8): the tile's token count rounded up to a multiple of 8, N
+// from 8 up to NW (the wgmma m64nNk16 widths in steps of 8), so a 31-token tile issues n32
+// and a 20-token one n24 instead of the 16-step widths' n32. A chain of tests rather than a
+// switch so that only the widths up to NW are instantiated.
+template <int N, bool DN, int AS, int NW, int D, int C, int W>
+__device__ __forceinline__ void moe_wg_item_n8(const moe_params &p, char *ring, char *abuf, const long long *row,
+                                               int4 tl, int rb)
+{
+    if constexpr (N < NW) {
+        if (tl.z > N) {
+            moe_wg_item_n8<N + 8, DN, AS, NW, D, C, W>(p, ring, abuf, row, tl, rb);
+            return;
+        }
+    }
+    moe_wg_item<N, DN, AS, D, C, W>(p, ring, abuf, row, tl.x, tl.y, tl.z, rb);
+}
+
+// Tile widths of one kernel instance: NS == -8: multiples of 8 (moe_wg_item_n8); NS == -1
+// (the second session's kernel): the narrowest of 16/32/48/64 that covers the tile; NS == 0: always NW (tiles are cut at NW); NS > 0:
 // NS for tiles of at most NS tokens (an expert's remainder), else NW. Each width is its own
 // inlined copy of the main loop, and ptxas allocates registers for all of them together:
 // with four widths it serializes the wgmmas (C7512) at any depth above 2.
@@ -302,7 +319,9 @@ template <bool DN, int AS, int NW, int NS, int D, int C, int W>
 __device__ __forceinline__ void moe_wg_dispatch(const moe_params &p, char *ring, char *abuf, const long long *row,
                                                 int4 tl, int rb)
 {
-    if constexpr (NS < 0) {
+    if constexpr (NS == -8) {
+        moe_wg_item_n8<8, DN, AS, NW, D, C, W>(p, ring, abuf, row, tl, rb);
+    } else if constexpr (NS < 0) {
         switch ((tl.z + 15) >> 4) {
         case 1: moe_wg_item<16, DN, AS, D, C, W>(p, ring, abuf, row, tl.x, tl.y, tl.z, rb); break;
         case 2: moe_wg_item<32, DN, AS, D, C, W>(p, ring, abuf, row, tl.x, tl.y, tl.z, rb); break;
@@ -447,7 +466,8 @@ static nb_status moe_launch_wg_t(const moe_params &p, int sms, cudaStream_t st)
 }
 
 // The compiled variants of the many-token kernel: tile width NW, remainder width NS (0: none,
-// -1: the second session's narrowest-of-four), A in shared memory, k-steps in flight D,
+// -1: the second session's narrowest-of-four, -8: multiples of 8 up to NW, NIBBLE_MOE_WG_N8=1),
+// A in shared memory, k-steps in flight D,
 // accumulator chains C. Which one a step runs: moe_wg_pick.
 typedef nb_status (*moe_wg_launch_fn)(const moe_params &, int, cudaStream_t);
 struct moe_wg_variant {
@@ -461,6 +481,11 @@ static const moe_wg_variant moe_wg_variants[] = {
     MOE_WG_V(48, 0, 0, 4, 2, 8),   MOE_WG_V(64, 16, 0, 2, 1, 8),  MOE_WG_V(16, 0, 0, 2, 1, 16),
     MOE_WG_V(32, 0, 0, 2, 1, 16),  MOE_WG_V(48, 0, 0, 2, 1, 16),  MOE_WG_V(32, 16, 0, 2, 1, 16),
     MOE_WG_V(48, 32, 0, 2, 1, 16),
+    // NIBBLE_MOE_WG_N8=1: the same tile widths and warps as the defaults above, the
+    // instruction width chosen per tile in steps of 8.
+    MOE_WG_V(16, -8, 0, 2, 1, 16), MOE_WG_V(32, -8, 0, 2, 1, 16), MOE_WG_V(48, -8, 0, 2, 1, 16),
+    MOE_WG_V(16, -8, 0, 2, 1, 8),  MOE_WG_V(32, -8, 0, 2, 1, 8),  MOE_WG_V(48, -8, 0, 2, 1, 8),
+    MOE_WG_V(64, -8, 0, 2, 1, 8),
 };
 
 static int moe_wg_env_int(const char *name, int dflt)
@@ -520,6 +545,9 @@ nb_status moe_launch_wg(const moe_params &p, int nmax, int sms, cudaStream_t st)
         const int w16 = p.inter % 256 == 0 && p.hidden % 512 == 0;
         w = nw < 64 && w16 ? 16 : 8;
         ns = nw == 64 ? -1 : w == 16 && nw >= 32 ? nw - 16 : 0, d = 2, c = 1;
+        // NIBBLE_MOE_WG_N8=1 (not the default until measured): widths in steps of 8 per tile,
+        // the same as NIBBLE_MOE_WG_NS=-8.
+        if (moe_wg_env_int("NIBBLE_MOE_WG_N8", 0) == 1) ns = -8;
         ns = moe_wg_env_int("NIBBLE_MOE_WG_NS", ns);
         d = moe_wg_env_int("NIBBLE_MOE_WG_D", d);
         c = moe_wg_env_int("NIBBLE_MOE_WG_C", c);

@@ -1,6 +1,7 @@
 // wgmma.mma_async m64nNk16 (BF16 x BF16 -> F32), B from shared memory, A from registers
-// (moe_wg_mma, N = 16..128) or from shared memory too (moe_wg_mma_ss, N = 16..64); the MoE
-// wgmma kernel (ops/cuda/moe_wgmma.cu) picks the narrowest N that covers a token tile.
+// (moe_wg_mma, N = 16..128, and 8..56 in steps of 8) or from shared memory too (moe_wg_mma_ss,
+// N = 16..64); the MoE wgmma kernel (ops/cuda/moe_wgmma.cu) picks the narrowest N that covers
+// a token tile.
 // Written out per N because the accumulator list is part of the instruction; the pattern
 // is the same for every N: N/2 accumulators "+f", then the A registers or descriptor, B's
 // descriptor and the scale-d flag (always 1 here: the caller zeroes D first). Also the
@@ -168,6 +169,63 @@ struct moe_wg_mma<128> {
                        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
                        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
                        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
+    }
+};
+
+// The widths between (N = 8, 24, 40, 56) for the per-tile choice of NIBBLE_MOE_WG_N8=1: the
+// tile's token count rounded up to a multiple of 8.
+template <>
+struct moe_wg_mma<8> {
+    static __device__ __forceinline__ void run(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint64_t desc)
+    {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, %8, p, 1, 1, 0;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
+    }
+};
+template <>
+struct moe_wg_mma<24> {
+    static __device__ __forceinline__ void run(float (&d)[12], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint64_t desc)
+    {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %17, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n24k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11}, "
+                     "{%12,%13,%14,%15}, %16, p, 1, 1, 0;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
+    }
+};
+template <>
+struct moe_wg_mma<40> {
+    static __device__ __forceinline__ void run(float (&d)[20], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint64_t desc)
+    {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %25, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n40k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19}, "
+                     "{%20,%21,%22,%23}, %24, p, 1, 1, 0;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
+    }
+};
+template <>
+struct moe_wg_mma<56> {
+    static __device__ __forceinline__ void run(float (&d)[28], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint64_t desc)
+    {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %33, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n56k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27}, "
+                     "{%28,%29,%30,%31}, %32, p, 1, 1, 0;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27])
                      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
     }
 };
