@@ -27,8 +27,9 @@
 // 16s + 8h + 2u + j of a k-tile holds real k 16u + 4s + 2h + j. x is rewritten in that order
 // by the kernel's own first items (into the workspace), and the gate_up epilogue writes the
 // SiLU(gate)*up intermediate in it directly, so both GEMMs stage B with plain 16-byte copies.
-// Tests: tests/cuda_moe/test_moe.c (kernel "wgmma", moe_wgmma_variants); timing: nibble
-// bench-moe --kernel wgmma, scripts/device-moe-wg.sh (old and new side by side).
+// Tests: tests/cuda_moe/test_moe.c (kernel "wgmma", moe_wgmma_variants, moe_wgmma_n8); timing:
+// nibble bench-moe --kernel wgmma, scripts/device-moe-wg.sh (old and new side by side),
+// scripts/device-moe-n8.sh (NIBBLE_MOE_WG_N8=0 vs 1).
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

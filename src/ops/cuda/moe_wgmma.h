@@ -8,6 +8,7 @@
 // Tokens per tile (16, 32, 48 or 64) for a step with `tokens_per_expert` slots per expert on
 // average; moe_launch_wg must then be called with this nmax. NIBBLE_MOE_WG=old (or
 // NIBBLE_MOE_WG_A=smem) gives the second session's 64; NIBBLE_MOE_WG_N forces a width.
+// NIBBLE_MOE_WG_N8=1 (instruction widths in steps of 8 per tile) leaves the tile width as is.
 int moe_wg_tile_tokens(double tokens_per_expert);
 
 #endif
