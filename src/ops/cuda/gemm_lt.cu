@@ -22,6 +22,20 @@
 // Measured (bench-linear --lt-cold, bench/RESULTS.md): new-bucket steps +14 ms instead of
 // +32-41 ms, for ~390 ms once; some first calls per bucket still cost 3-5 ms (not explained:
 // perhaps a kernel the real size launches and the 16-row launch does not).
+//
+// Autotuning (NIBBLE_CUDA_LT_TUNE=1, off by default; nb_cuda_gemm_set_tune): the heuristic's
+// first answer is often not the fastest for the large-batch linears (issue 9: 480-540 of the 800
+// TFLOP/s cuBLASLt reaches at 8192^3). So the first eager call that uses a cache entry asks for
+// up to NB_GEMM_TUNE_ALGOS candidates for the entry's M, times each on the call's own operands
+// at the call's exact M (CUDA events: one untimed launch to load the kernel's module, then 1-3
+// timed ones queued behind a short spin kernel, so host launch cost does not enter the timing), keeps the fastest in the entry and only then runs the caller's product with it.
+// Candidates write the caller's C when beta is 0 (write-only there, and overwritten by the final
+// launch) and a handle-owned buffer otherwise; none is timed while the stream is capturing a
+// graph (a capture uses the entry as it is: the decode runner's eager step at the graph's batch
+// size comes first and tunes it). Every candidate has the handle's one descriptor (F32 compute,
+// BF16 operands), so the numerics contract is the heuristic's; only the summation order (tile,
+// split-K) differs, and a tuned run may pick another algorithm than an untuned one (timing noise
+// can make two processes differ in the last bits).
 #include <cublasLt.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,10 +49,14 @@
 #define NB_GEMM_CACHE 2048 /* ~48 buckets x shapes x C strides: the ring must not evict in a run */
 #define NB_GEMM_WARM_MAX_M 16384
 #define NB_GEMM_WARM_ROWS 16
+#define NB_GEMM_TUNE_ALGOS 12
+#define NB_GEMM_TUNE_HOLD_CYCLES 200000LL /* ~100 us at H200 clocks: longer than enqueuing 3 launches */
+#define NB_GEMM_TUNE_SCRATCH_MAX ((size_t)256 << 20) /* beta != 0 with a bigger C: left untuned */
 
 typedef struct {
     int M, N, K, lda, ldw, ldc, c_f32, valid;
     int exact; /* M is the exact token count (the bucket's algorithm was refused for it) */
+    int tuned; /* 1: the algorithm was timed against the other candidates (or that was tried) */
     cublasLtMatmulAlgo_t algo;
 } nb_gemm_algo_entry;
 
@@ -62,6 +80,12 @@ struct nb_cuda_gemm {
     long warm_launches;
     void *warm_c; /* C of the warm-up launches */
     size_t warm_c_bytes;
+    int tune;   /* -1: NIBBLE_CUDA_LT_TUNE not read yet; 0 off; 1 on */
+    long tunes; /* entries tuned */
+    double tune_ms; /* host time spent tuning */
+    void *tune_c; /* C of the timed candidates when the caller's C is also an input */
+    size_t tune_c_bytes;
+    cudaEvent_t ev[2];
     cublasLtMatmulDesc_t desc;      /* compute F32, W transposed: the same for every call */
     cublasLtMatrixLayout_t lw, la, lc[2]; /* re-pointed per call; lc[c_is_f32] */
     nb_gemm_buf_entry *bufs; /* owned operand buffers (nb_cuda_gemm_cache_*) */
@@ -90,6 +114,7 @@ extern "C" nb_status nb_cuda_gemm_create(nb_cuda_gemm **out, size_t workspace_by
     }
     g->workspace_bytes = workspace_bytes;
     g->warm = -1;
+    g->tune = -1;
     if (workspace_bytes && cudaMalloc(&g->workspace, workspace_bytes) != cudaSuccess) {
         cublasLtDestroy(g->lt);
         free(g);
@@ -130,6 +155,21 @@ extern "C" double nb_cuda_gemm_query_us(const nb_cuda_gemm *g) { return g->query
 extern "C" long nb_cuda_gemm_warm_launches(const nb_cuda_gemm *g) { return g->warm_launches; }
 
 extern "C" void nb_cuda_gemm_set_warm(nb_cuda_gemm *g, int on) { g->warm = on < 0 ? -1 : !!on; }
+
+extern "C" void nb_cuda_gemm_set_tune(nb_cuda_gemm *g, int on) { g->tune = on < 0 ? -1 : !!on; }
+
+extern "C" long nb_cuda_gemm_tunes(const nb_cuda_gemm *g) { return g->tunes; }
+
+extern "C" double nb_cuda_gemm_tune_ms(const nb_cuda_gemm *g) { return g->tune_ms; }
+
+static int tune_on(nb_cuda_gemm *g)
+{
+    if (g->tune < 0) {
+        const char *e = getenv("NIBBLE_CUDA_LT_TUNE");
+        g->tune = e && !strcmp(e, "1");
+    }
+    return g->tune;
+}
 
 static int warm_on(nb_cuda_gemm *g)
 {
@@ -180,6 +220,9 @@ extern "C" void nb_cuda_gemm_destroy(nb_cuda_gemm *g)
     if (g->desc) cublasLtMatmulDescDestroy(g->desc);
     cudaFree(g->workspace);
     cudaFree(g->warm_c);
+    cudaFree(g->tune_c);
+    if (g->ev[0]) cudaEventDestroy(g->ev[0]);
+    if (g->ev[1]) cudaEventDestroy(g->ev[1]);
     cublasLtDestroy(g->lt);
     free(g);
 }
@@ -222,7 +265,7 @@ static nb_status query(nb_cuda_gemm *g, int Mq, int exact, int N, int K, int lda
     *out = &g->cache[g->next];
     if (g->next >= g->used) g->used = g->next + 1;
     g->next = (g->next + 1) % NB_GEMM_CACHE;
-    **out = (nb_gemm_algo_entry){Mq, N, K, lda, ldw, ldc, c_f32, 1, exact, res.algo};
+    **out = (nb_gemm_algo_entry){Mq, N, K, lda, ldw, ldc, c_f32, 1, exact, 0, res.algo};
 done:
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     return st;
@@ -279,6 +322,149 @@ static void warm_shape(nb_cuda_gemm *g, cudaStream_t stream, int M, int N, int K
     cudaGetLastError();
 }
 
+static int capturing(cudaStream_t stream)
+{
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess) {
+        cudaGetLastError();
+        return 1; // unknown: do not risk launching timed work into a capture
+    }
+    return cs != cudaStreamCaptureStatusNone;
+}
+
+// Holds the stream for ~`cycles` clocks, so that the timed launches queue up behind it and run
+// back to back: a skinny GEMM takes less device time than its launch takes on the host.
+static __global__ void k_tune_hold(long long cycles)
+{
+    const long long t0 = clock64();
+    while (clock64() - t0 < cycles) {
+    }
+}
+
+// Mean device time of `reps` launches of `algo` in ms, or a negative value when cuBLASLt refuses it.
+static float time_algo(nb_cuda_gemm *g, cudaStream_t stream, const cublasLtMatmulAlgo_t *algo, int reps,
+                       const float *alpha, const void *W, const void *A, const float *beta, void *C,
+                       cublasLtMatrixLayout_t lc)
+{
+    k_tune_hold<<<1, 1, 0, stream>>>(NB_GEMM_TUNE_HOLD_CYCLES);
+    if (cudaGetLastError() != cudaSuccess || cudaEventRecord(g->ev[0], stream) != cudaSuccess) return -1.0f;
+    for (int r = 0; r < reps; r++)
+        if (cublasLtMatmul(g->lt, g->desc, alpha, W, g->lw, A, g->la, beta, C, lc, C, lc, algo, g->workspace,
+                           g->workspace_bytes, stream) != CUBLAS_STATUS_SUCCESS)
+            return -1.0f;
+    float ms = -1.0f;
+    if (cudaEventRecord(g->ev[1], stream) != cudaSuccess || cudaEventSynchronize(g->ev[1]) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, g->ev[0], g->ev[1]) != cudaSuccess)
+        return -1.0f;
+    return ms / (float)reps;
+}
+
+#define NB_TUNE_TRY(call)                                                                      \
+    do {                                                                                       \
+        if ((st = (call)) != NB_OK) goto done;                                                 \
+    } while (0)
+
+// The tuning of entry e at the call's exact M (file comment). Leaves g->la and the C layout set
+// for M. A candidate cuBLASLt refuses is skipped; when none can be timed the entry keeps the
+// heuristic's answer. Marks e tuned either way, so that a shape is timed once.
+static nb_status tune_entry(nb_cuda_gemm *g, cudaStream_t stream, nb_gemm_algo_entry *e, int M, int N, int K,
+                            const void *A, const void *W, void *C, int ldc, int cf, float alpha, float beta)
+{
+    const double t0 = now_us();
+    cublasLtMatrixLayout_t lc = g->lc[cf];
+    void *dst = C;
+    if (beta != 0.0f) {
+        const size_t cb = (size_t)M * (size_t)ldc * (cf ? 4 : 2);
+        if (cb > NB_GEMM_TUNE_SCRATCH_MAX) return NB_OK; // left untuned: a later beta = 0 call may tune it
+        if (g->tune_c_bytes < cb) {
+            void *p = NULL;
+            cudaStreamSynchronize(stream);
+            if (cudaMalloc(&p, cb) != cudaSuccess) {
+                cudaGetLastError();
+                return NB_OK;
+            }
+            cudaFree(g->tune_c);
+            g->tune_c = p;
+            g->tune_c_bytes = cb;
+        }
+        dst = g->tune_c;
+    }
+    for (int i = 0; i < 2; i++)
+        if (!g->ev[i] && cudaEventCreate(&g->ev[i]) != cudaSuccess) {
+            cudaGetLastError();
+            return NB_OK;
+        }
+    e->tuned = 1;
+    nb_status st = NB_OK;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t res[NB_GEMM_TUNE_ALGOS];
+    int found = 0, best = -1;
+    float best_ms = 0.0f, first_ms = -1.0f;
+    NB_LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
+    NB_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &g->workspace_bytes,
+                                                   sizeof g->workspace_bytes));
+    // Candidates for the entry's M (the bucket's top), as the heuristic answered the entry.
+    NB_TUNE_TRY(set_layout(g->la, (uint64_t)K, (uint64_t)e->M, e->lda));
+    NB_TUNE_TRY(set_layout(lc, (uint64_t)N, (uint64_t)e->M, ldc));
+    {
+        // Not counted in g->queries: that counts the step path's queries (tests bound it).
+        cublasStatus_t r = cublasLtMatmulAlgoGetHeuristic(g->lt, g->desc, g->lw, g->la, lc, lc, pref,
+                                                          NB_GEMM_TUNE_ALGOS, res, &found);
+        NB_LT_TRY(r);
+    }
+    NB_TUNE_TRY(set_layout(g->la, (uint64_t)K, (uint64_t)M, e->lda));
+    NB_TUNE_TRY(set_layout(lc, (uint64_t)N, (uint64_t)M, ldc));
+    for (int i = 0; i < found; i++) {
+        if (res[i].state != CUBLAS_STATUS_SUCCESS || res[i].workspaceSize > g->workspace_bytes) continue;
+        // An untimed launch first: the kernel's module loads on its first launch.
+        if (time_algo(g, stream, &res[i].algo, 1, &alpha, W, A, &beta, dst, lc) < 0.0f) {
+            cudaGetLastError();
+            continue;
+        }
+        float ms = time_algo(g, stream, &res[i].algo, 1, &alpha, W, A, &beta, dst, lc);
+        if (ms >= 0.0f && ms < 1.0f) ms = time_algo(g, stream, &res[i].algo, 3, &alpha, W, A, &beta, dst, lc);
+        if (ms < 0.0f) {
+            cudaGetLastError();
+            continue;
+        }
+        if (i == 0) first_ms = ms;
+        if (best < 0 || ms < best_ms) {
+            best = i;
+            best_ms = ms;
+        }
+    }
+    if (best >= 0) {
+        e->algo = res[best].algo;
+        g->tunes++;
+        int id = -1, tile = -1, splitk = -1;
+        cublasLtMatmulAlgoConfigGetAttribute(&e->algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, NULL);
+        cublasLtMatmulAlgoConfigGetAttribute(&e->algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, NULL);
+        cublasLtMatmulAlgoConfigGetAttribute(&e->algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, NULL);
+        NB_LOG_DEBUG("cuda",
+                     "gemm tune: M=%d (entry M=%d%s) N=%d K=%d c_%s: %d candidates, heuristic's first %.1f us, "
+                     "chose #%d %.1f us (algo id %d, tile %d, split-k %d)",
+                     M, e->M, e->exact ? " exact" : "", N, K, cf ? "f32" : "bf16", found, first_ms * 1e3, best,
+                     best_ms * 1e3, id, tile, splitk);
+    } else {
+        NB_LOG_DEBUG("cuda", "gemm tune: M=%d N=%d K=%d: no candidate could be timed, heuristic's answer kept", M, N, K);
+    }
+done:
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    g->tune_ms += (now_us() - t0) * 1e-3;
+    return st;
+}
+
+// Tuning is an optimisation: its failure leaves the heuristic's answer, with a warning.
+static void maybe_tune(nb_cuda_gemm *g, cudaStream_t stream, nb_gemm_algo_entry *e, int M, int N, int K,
+                       const void *A, const void *W, void *C, int ldc, int cf, float alpha, float beta)
+{
+    if (tune_entry(g, stream, e, M, N, K, A, W, C, ldc, cf, alpha, beta) != NB_OK) {
+        NB_LOG_WARN("cuda", "gemm tune: M=%d N=%d K=%d left to the heuristic: %s", M, N, K, nb_last_error());
+        nb_error_clear();
+        cudaGetLastError();
+    }
+}
+
 extern "C" nb_status nb_cuda_gemm_bf16(nb_cuda_gemm *g, void *stream, int M, int N, int K, const void *A,
                                        int lda, const void *W, int ldw, void *C, int ldc, int c_is_f32,
                                        float alpha, float beta)
@@ -303,6 +489,8 @@ extern "C" nb_status nb_cuda_gemm_bf16(nb_cuda_gemm *g, void *stream, int M, int
         NB_TRY(set_layout(lc, (uint64_t)N, (uint64_t)Mb, ldc));
         NB_TRY(query(g, Mb, Mb == M && g->force_exact, N, K, lda, ldw, ldc, cf, &hit));
     }
+    if (!hit->tuned && tune_on(g) && !capturing((cudaStream_t)stream))
+        maybe_tune(g, (cudaStream_t)stream, hit, M, N, K, A, W, C, ldc, cf, alpha, beta);
     NB_TRY(set_layout(g->la, (uint64_t)K, (uint64_t)M, lda)); // A^T viewed col-major K x M
     NB_TRY(set_layout(lc, (uint64_t)N, (uint64_t)M, ldc));
     cublasStatus_t r = cublasLtMatmul(g->lt, g->desc, &alpha, W, g->lw, A, g->la, &beta, C, lc, C, lc, &hit->algo,
@@ -312,6 +500,8 @@ extern "C" nb_status nb_cuda_gemm_bf16(nb_cuda_gemm *g, void *stream, int M, int
         NB_LOG_DEBUG("cuda", "gemm: bucket M=%d algorithm refused for M=%d N=%d K=%d (status %d): exact query",
                      hit->M, M, N, K, (int)r);
         NB_TRY(query(g, M, 1, N, K, lda, ldw, ldc, cf, &hit));
+        if (tune_on(g) && !capturing((cudaStream_t)stream))
+            maybe_tune(g, (cudaStream_t)stream, hit, M, N, K, A, W, C, ldc, cf, alpha, beta);
         r = cublasLtMatmul(g->lt, g->desc, &alpha, W, g->lw, A, g->la, &beta, C, lc, C, lc, &hit->algo, g->workspace,
                            g->workspace_bytes, (cudaStream_t)stream);
     }
