@@ -560,6 +560,6 @@ nb_status moe_launch_wg(const moe_params &p, int nmax, int sms, cudaStream_t st)
     }
     return nb_error(NB_ERR_INVALID_ARG,
                     "moe: no wgmma kernel built for %d-token tiles, remainder width %d, depth %d, %d chains, %d warps "
-                    "(NIBBLE_MOE_WG_N / _NS / _D / _C / _W)",
+                    "(NIBBLE_MOE_WG_N / _NS / _D / _C / _W / _N8)",
                     nw, ns, d, c, w);
 }
