@@ -10,8 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/error.h"
 #include "format/numerics.h"
 #include "nbtest.h"
+#include "ops/cuda/device.h"
 #include "ops/ops.h"
 
 /* float32 ops whose CPU and CUDA versions differ only in summation order. */
@@ -36,6 +38,24 @@ static void tu_fill(float *p, size_t n, float scale)
 }
 
 static nb_ops_ctx *tu_cpu, *tu_gpu;
+
+/* A test binary's start: prints the device and makes both contexts; 0 (with a message) when
+ * they cannot be had. tu_close frees them. */
+static inline int tu_open(void)
+{
+    char desc[256];
+    if (nb_cuda_device_describe(0, desc, sizeof desc) == NB_OK) fprintf(stderr, "device: %s\n", desc);
+    if (nb_ops_ctx_new_cpu(0, &tu_cpu) != NB_OK || nb_ops_ctx_new_cuda(0, &tu_gpu) != NB_OK) {
+        fprintf(stderr, "cannot create contexts: %s\n", nb_last_error());
+        return 0;
+    }
+    return 1;
+}
+static inline void tu_close(void)
+{
+    nb_ops_ctx_free(tu_gpu);
+    nb_ops_ctx_free(tu_cpu);
+}
 
 /* Device allocations of one case, freed by tu_free_all. */
 static void *tu_dev[4096];

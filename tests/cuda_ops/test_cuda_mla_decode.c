@@ -330,12 +330,7 @@ static void time_batch(int B, int ctx)
 int main(int argc, char **argv)
 {
     if (!nb_cuda_test_require_gpu()) return 77;
-    char desc[256];
-    if (nb_cuda_device_describe(0, desc, sizeof desc) == NB_OK) fprintf(stderr, "device: %s\n", desc);
-    if (nb_ops_ctx_new_cpu(0, &tu_cpu) != NB_OK || nb_ops_ctx_new_cuda(0, &tu_gpu) != NB_OK) {
-        fprintf(stderr, "cannot create contexts: %s\n", nb_last_error());
-        return 1;
-    }
+    if (!tu_open()) return 1;
     if (argc > 1 && !strcmp(argv[1], "time")) {
         const int ctx = argc > 2 ? atoi(argv[2]) : 256;
         const char *list = argc > 3 ? argv[3] : "64,256,1000";
@@ -421,8 +416,7 @@ int main(int argc, char **argv)
             batch_free(&b);
         }
     }
-    nb_ops_ctx_free(tu_gpu);
-    nb_ops_ctx_free(tu_cpu);
+    tu_close();
     fprintf(stderr, "%s\n", nb_test_failures_ ? "FAILED" : "ok");
     return nb_test_failures_ ? 1 : 0;
 }

@@ -225,12 +225,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "context must be a multiple of 64\n");
         return 2;
     }
-    char desc[256];
-    if (nb_cuda_device_describe(0, desc, sizeof desc) == NB_OK) fprintf(stderr, "device: %s\n", desc);
-    if (nb_ops_ctx_new_cpu(0, &tu_cpu) != NB_OK || nb_ops_ctx_new_cuda(0, &tu_gpu) != NB_OK) {
-        fprintf(stderr, "cannot create contexts: %s\n", nb_last_error());
-        return 1;
-    }
+    if (!tu_open()) return 1;
     for (const char *p = bl; *p;) {
         const int B = atoi(p);
         if (B < 1 || B > NB_CUDA_MLA_SMALL_MAX) {
@@ -252,8 +247,7 @@ int main(int argc, char **argv)
         p++;
     }
     (void)tu_index_make, (void)tu_fmt_name;
-    nb_ops_ctx_free(tu_gpu);
-    nb_ops_ctx_free(tu_cpu);
+    tu_close();
     fprintf(stderr, "%s\n", nb_test_failures_ ? "FAILED" : "ok");
     return nb_test_failures_ ? 1 : 0;
 }

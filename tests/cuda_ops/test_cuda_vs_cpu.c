@@ -690,14 +690,8 @@ static const nb_test tests[] = {
 int main(int argc, char **argv)
 {
     if (!nb_cuda_test_require_gpu()) return 77;
-    char desc[256];
-    if (nb_cuda_device_describe(0, desc, sizeof desc) == NB_OK) fprintf(stderr, "device: %s\n", desc);
-    if (nb_ops_ctx_new_cpu(0, &tu_cpu) != NB_OK || nb_ops_ctx_new_cuda(0, &tu_gpu) != NB_OK) {
-        fprintf(stderr, "cannot create contexts: %s\n", nb_last_error());
-        return 1;
-    }
+    if (!tu_open()) return 1;
     int rc = nb_test_main(tests, NB_ARRAY_LEN(tests), argc, argv);
-    nb_ops_ctx_free(tu_gpu);
-    nb_ops_ctx_free(tu_cpu);
+    tu_close();
     return rc;
 }

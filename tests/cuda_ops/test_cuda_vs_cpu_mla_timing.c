@@ -241,12 +241,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "context must be a multiple of 64\n");
         return 2;
     }
-    char desc[256];
-    if (nb_cuda_device_describe(0, desc, sizeof desc) == NB_OK) fprintf(stderr, "device: %s\n", desc);
-    if (nb_ops_ctx_new_cpu(0, &tu_cpu) != NB_OK || nb_ops_ctx_new_cuda(0, &tu_gpu) != NB_OK) {
-        fprintf(stderr, "cannot create contexts: %s\n", nb_last_error());
-        return 1;
-    }
+    if (!tu_open()) return 1;
     int batches[16], nb = 0;
     for (const char *p = argc > 2 ? argv[2] : "1,10,1000"; *p && nb < 16;) {
         batches[nb] = atoi(p);
@@ -277,8 +272,7 @@ int main(int argc, char **argv)
         time_batch(batches[i], ctx, NB_WFMT_BF16, 0, -1, 0);
 #endif
     }
-    nb_ops_ctx_free(tu_gpu);
-    nb_ops_ctx_free(tu_cpu);
+    tu_close();
     fprintf(stderr, "%s\n", nb_test_failures_ ? "FAILED" : "ok");
     return nb_test_failures_ ? 1 : 0;
 }
