@@ -5,8 +5,11 @@
 #   run(command="scripts/device-lt-tune.sh", carry=[".devbin.tar.xz", ".devlibs-cuda"], timeout_s=120)
 # Parts, in order (about 50-70 s on an H200):
 #   checks  with NIBBLE_CUDA_LT_TUNE=1 forced: test_gemm_lt (both cases: the reference product
-#           with tuning on, accumulate, graph capture), test_cuda_linear linear_lt* and mlp*,
-#           test_cuda_vs_cpu moe_experts* -> PASS/FAIL lines
+#           with tuning on, accumulate, graph capture), test_cuda_linear linear_lt* and mlp*
+#           (the op checks that reach nb_cuda_gemm_bf16; no test_cuda_vs_cpu case does since the
+#           linear cases moved to test_cuda_linear, and test_cuda_graph's bitwise graph-vs-eager
+#           contract holds between two handles only when both pick the same algorithm, which
+#           tuning does not promise) -> PASS/FAIL lines
 #   gemm    test_gemm_lt --bench: issue 9's BF16 linears at M = 808, 1000, 1024, 8192, the
 #           heuristic's first answer vs the tuned choice (one handle each, same process), with
 #           the chosen algorithm per shape (debug log) -> gemm.log
@@ -48,8 +51,7 @@ for p in ${PARTS:-checks gemm offline}; do
       check test_gemm_lt 30 "$B/tests/test_gemm_lt"
       grep -E "entries tuned" "$OUT/test_gemm_lt.log" | tee -a "$SUM"
       check test_cuda_linear_lt 40 "$B/tests/test_cuda_linear" linear_lt
-      check test_cuda_linear_mlp 40 "$B/tests/test_cuda_linear" mlp
-      check test_cuda_vs_cpu_moe 40 "$B/tests/test_cuda_vs_cpu" moe_experts ;;
+      check test_cuda_linear_mlp 40 "$B/tests/test_cuda_linear" mlp ;;
     gemm)
       t1=$(date +%s)
       env NIBBLE_LOG=debug LD_LIBRARY_PATH="$LIBS" timeout 40 "$B/tests/test_gemm_lt" --bench >"$OUT/gemm.log" \
