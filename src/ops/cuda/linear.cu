@@ -409,8 +409,8 @@ __global__ void k_silu_mul(float *g, const float *u, int64_t n)
 // kernel behind gate|up, start during the tail of the kernel ahead).
 __global__ void k_silu_mul_pairs(float *gu, int64_t T, int64_t I)
 {
-    nb_lin_pdl_wait();
-    nb_lin_pdl_trigger();
+    nb_pdl_wait();
+    nb_pdl_trigger();
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < T * I; e += (int64_t)gridDim.x * blockDim.x) {
         float *g = gu + (e / I) * 2 * I + e % I;
         const float a = g[0];

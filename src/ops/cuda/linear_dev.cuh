@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "ops/cuda/linear.h"
+#include "ops/cuda/pdl.cuh"
 
 // The vector GEMV with activations SiLU(gate) * up read from rows [gate | up] of ldx >= 2 k
 // floats (linear_gemv.cu): 1 when it took the call (BF16, the second version, not staged).
@@ -44,29 +45,14 @@ __device__ __forceinline__ uint32_t nb_lin_split(float &x0, float &x1)
     return *reinterpret_cast<uint32_t *>(&h);
 }
 
-// Programmatic dependent launch (ops/cuda/pdl.cuh's contract): wait before the first access
-// to anything an earlier kernel writes (activations, outputs, scratch); weights may be read
-// before it. Both are no-ops outside a PDL launch.
-__device__ __forceinline__ void nb_lin_pdl_wait(void) { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-__device__ __forceinline__ void nb_lin_pdl_trigger(void) { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
-
 // Launch a linear kernel (parameters in args, as cudaLaunchKernel takes them), as a
 // programmatic dependent of the kernel ahead when pdl (and nb_cuda_linear_pdl_on()): only
-// kernels that call nb_lin_pdl_wait() before touching activations or outputs.
+// kernels that call nb_pdl_wait() (pdl.cuh) before the first access to anything an earlier
+// kernel writes (activations, outputs, scratch); weights may be read before it.
 static inline cudaError_t nb_lin_launch(const void *kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                                         void **args, int pdl)
 {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl && nb_cuda_linear_pdl_on() ? 1 : 0;
-    return cudaLaunchKernelExC(&cfg, kernel, args);
+    return nb_pdl_launch_if(kernel, grid, block, smem, stream, args, pdl && nb_cuda_linear_pdl_on());
 }
 
 #endif

@@ -161,8 +161,8 @@ __global__ void __launch_bounds__(GV_WARPS * 32, (V && FMT == NB_WFMT_BF16 && TT
         if (V && c0 == 0) {
             // The first tile's weights are in flight: now wait for the kernel ahead (PDL)
             // before touching activations or outputs.
-            nb_lin_pdl_wait();
-            nb_lin_pdl_trigger();
+            nb_pdl_wait();
+            nb_pdl_trigger();
         }
         float4 *xb = gv_xs + ((j & 1) ? (int64_t)T * CW * U4 : 0);
         if constexpr (STG) {
@@ -252,7 +252,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, (V && FMT == NB_WFMT_BF16 && TT
         }
     }
 
-    if (V) nb_lin_pdl_wait(); // returns at once when the loop waited already (S == 0 skipped it)
+    if (V) nb_pdl_wait(); // returns at once when the loop waited already (S == 0 skipped it)
     gv_reduce<N>(acc, lane);
     if (gv_writer<N>(lane)) {
         const int base = gv_index<N>(lane);

@@ -169,8 +169,8 @@ __global__ void __launch_bounds__(LM_MAX_WARPS * 32)
             uint4 a[8], b[8];
             lm_load<8>(a, b, w0, w1, ok0, ok1, kc, ke);
             if (PDL && kc == kb) {
-                nb_lin_pdl_wait();
-                nb_lin_pdl_trigger();
+                nb_pdl_wait();
+                nb_pdl_trigger();
             }
             __syncthreads(); // the previous chunk's shared reads are done
             lm_stage<NT, TERMS, SILU>(xs, x, ldx, T, kc, ke, k);
@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(LM_MAX_WARPS * 32)
         }
     }
 
-    if (PDL) nb_lin_pdl_wait(); // at once when the loop waited (an empty range skipped it)
+    if (PDL) nb_pdl_wait(); // at once when the loop waited (an empty range skipped it)
     // c0/c1: row r0, tokens 8j + 2q (+1); c2/c3: row r0 + 8.
 #pragma unroll
     for (int j = 0; j < NT; j++) {
@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(LM_MAX_WARPS * 32)
 __global__ void k_linear_mma_finish(const float *part, int ks, int T, int64_t n, float *y, int64_t ldy, int accumulate,
                                     const float *bias)
 {
-    nb_lin_pdl_wait(); // a no-op unless launched as a programmatic dependent
+    nb_pdl_wait(); // a no-op unless launched as a programmatic dependent
     const int64_t total = (int64_t)T * n;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t t = e / n, row = e % n;

@@ -135,8 +135,8 @@ __global__ void __launch_bounds__(MR_MAX_KW * 32)
 
     uint4 cur[U][2], nxt[U][2];
     mr_load<U>(cur, w0, w1, ok0, ok1, (int64_t)ks * U, steps);
-    nb_lin_pdl_wait(); // activations and outputs only after the kernel ahead has finished
-    nb_lin_pdl_trigger();
+    nb_pdl_wait(); // activations and outputs only after the kernel ahead has finished
+    nb_pdl_trigger();
 
     float acc[NT][4];
 #pragma unroll

@@ -98,15 +98,6 @@ __device__ __forceinline__ void dec_expect(uint64_t *bar, int bytes)
     unsigned b = (unsigned)__cvta_generic_to_shared(bar);
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(b), "r"(bytes) : "memory");
 }
-__device__ __forceinline__ void dec_mwait(uint64_t *bar, int parity)
-{
-    unsigned b = (unsigned)__cvta_generic_to_shared(bar), done = 0;
-    while (!done)
-        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(b), "r"(parity)
-                     : "memory");
-}
 
 // Rows of one chunk into a stage by the bulk-copy engine (16-byte aligned pool rows): warp 0,
 // lane p issues row p's latent and k_pe pieces; unattended rows are zeroed by the warp.
@@ -256,7 +247,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_mla_decode(mla_args a, int b
         const float *st = stg + (it & 1) * DEC_P * L.Lr;
         const int *rid = ring + (it % DEC_RING) * DEC_P;
         if (bulk)
-            dec_mwait(bar + (it & 1), (it >> 1) & 1);
+            mla_mwait(bar + (it & 1), (it >> 1) & 1);
         else
             dec_wait0();
         __syncthreads(); /* chunk c landed for everyone; chunk c - 1's stage and scores are free */

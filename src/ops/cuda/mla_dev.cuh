@@ -130,4 +130,16 @@ __device__ __forceinline__ float mla_softmax8(float *sv, float &m, float &l)
     return cr;
 }
 
+// Waits until the mbarrier's phase of the given parity has completed (sm_90; the decode
+// kernels' copy rings).
+__device__ __forceinline__ void mla_mwait(uint64_t *bar, int parity)
+{
+    unsigned b = (unsigned)__cvta_generic_to_shared(bar), done = 0;
+    while (!done)
+        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(b), "r"(parity)
+                     : "memory");
+}
+
 #endif

@@ -80,15 +80,6 @@ __device__ __forceinline__ void wg_arrive(uint64_t *bar)
 {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"((unsigned)__cvta_generic_to_shared(bar)) : "memory");
 }
-__device__ __forceinline__ void wg_mwait(uint64_t *bar, int parity)
-{
-    unsigned b = (unsigned)__cvta_generic_to_shared(bar), done = 0;
-    while (!done)
-        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(b), "r"(parity)
-                     : "memory");
-}
 
 // S (64 x 64, F32) += A . B^T, A and B K-major BF16 in shared memory.
 __device__ __forceinline__ void wg_ss64(float (&d)[32], uint64_t adesc, uint64_t bdesc)
@@ -261,7 +252,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) k_mla_wg(mla_args a, int S, int
                     }
                     if (rb == 0) {
                         wg_prefetch(a, idC, lane);                                  /* chunk c + 2 */
-                        if (gc >= 2) wg_mwait(empty + b, ((gc >> 1) + 1) & 1); /* its last use consumed */
+                        if (gc >= 2) mla_mwait(empty + b, ((gc >> 1) + 1) & 1); /* its last use consumed */
                     }
 #pragma unroll
                     for (int k = 0; k < RB; k++) {
@@ -316,7 +307,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) k_mla_wg(mla_args a, int S, int
         for (int c = x.ch0; c < x.ch1; c++, gc++) {
             const int b = gc & 1;
             const uint32_t tb = ka + b * WG_OPND;
-            wg_mwait(full + b, (gc >> 1) & 1);
+            mla_mwait(full + b, (gc >> 1) & 1);
             float sc[32];
 #pragma unroll
             for (int i = 0; i < 32; i++) sc[i] = 0.0f;

@@ -19,9 +19,9 @@ __device__ __forceinline__ void nb_pdl_wait(void) { asm volatile("griddepcontrol
 __device__ __forceinline__ void nb_pdl_trigger(void) { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
 // Launch `kernel` (its parameters in `args`, as cudaLaunchKernel takes them) on `stream`,
-// with PDL when nb_cuda_pdl_on() (ops/cuda/cuda_ops.h).
-static inline cudaError_t nb_pdl_launch(const void *kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                                        void **args)
+// with PDL when `pdl` is set.
+static inline cudaError_t nb_pdl_launch_if(const void *kernel, dim3 grid, dim3 block, size_t smem,
+                                           cudaStream_t stream, void **args, int pdl)
 {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
@@ -32,8 +32,15 @@ static inline cudaError_t nb_pdl_launch(const void *kernel, dim3 grid, dim3 bloc
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
-    cfg.numAttrs = nb_cuda_pdl_on() ? 1 : 0;
+    cfg.numAttrs = pdl ? 1 : 0;
     return cudaLaunchKernelExC(&cfg, kernel, args);
+}
+
+// The same with PDL when nb_cuda_pdl_on() (ops/cuda/cuda_ops.h).
+static inline cudaError_t nb_pdl_launch(const void *kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                        void **args)
+{
+    return nb_pdl_launch_if(kernel, grid, block, smem, stream, args, nb_cuda_pdl_on());
 }
 
 #endif
