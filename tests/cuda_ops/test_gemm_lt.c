@@ -68,6 +68,8 @@ static void run_case_ex(nb_cuda_gemm *g, cudaStream_t stream, int M, int N, int 
     } else {
         cudaMemset(dC, 0xff, nc * 4); /* NaN poison: unwritten outputs fail */
     }
+    /* the copies and the memset ran on the legacy stream, which a non-blocking one ignores */
+    NB_CHECK(cudaDeviceSynchronize() == cudaSuccess);
     if (capture) {
         NB_CHECK(exec && cudaGraphLaunch(exec, stream) == cudaSuccess);
     } else {
@@ -251,6 +253,7 @@ static int bench(void)
             fprintf(stderr, "bench: cannot set up %s\n", shapes[i].name);
             rc = 1;
         } else {
+            cudaDeviceSynchronize(); /* the fills ran on the legacy stream, s does not wait for it */
             for (size_t j = 0; j < NB_ARRAY_LEN(Ms); j++) {
                 const int M = Ms[j];
                 if (M > Mmax) continue;
