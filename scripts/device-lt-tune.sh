@@ -28,6 +28,7 @@ SUM="$OUT/summary.txt"
 : >"$SUM"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv,noheader >>"$SUM" 2>&1
 rc=0
+declare -a p50
 T0=$(date +%s)
 
 check() { # name timeout binary args...: one PASS/FAIL line, the log in $OUT/<name>.log
@@ -72,7 +73,11 @@ for p in ${PARTS:-checks gemm offline}; do
         echo "== bench-offline $s (exit $e, $(( $(date +%s) - t1 )) s); level 1 cold, level 2 warm (the judge):" | tee -a "$SUM"
         grep -E "Decode-only step time|Prefill step time|Time to first token|Benchmark duration" "$log" | tee -a "$SUM"
         grep -E "^1000 +[0-9.]+ " "$log" | sed "s/^/$s: /" | tee -a "$SUM"
-      done ;;
+        # the warm level's decode step p50 (column 3 of the second 1000-prompt row)
+        p50[${s##*=}]=$(grep -E "^1000 +[0-9.]+ " "$log" | sed -n 2p | awk '{print $3}')
+      done
+      echo "JUDGE decode step p50 at 1000 requests (warm level): tune off ${p50[0]:-?} ms, tune on ${p50[1]:-?} ms" \
+        | tee -a "$SUM" ;;
   esac
 done
 echo "total $(( $(date +%s) - T0 )) s, rc $rc" | tee -a "$SUM"
