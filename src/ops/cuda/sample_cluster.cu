@@ -26,6 +26,7 @@
 // last one before exiting, so no block leaves while another may read its shared memory.
 // Launched by nb_cuda_sample (sample.cu) when the device takes clusters and the slice fits;
 // NIBBLE_CUDA_SAMPLE=block keeps the one-block kernel. Test: tests/cuda_ops/test_cuda_sample.c.
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -483,6 +484,7 @@ static struct {
     int device, V, C, ok;
 } g_cl_cache[CL_CACHE];
 static int g_cl_n;
+static pthread_mutex_t g_cl_lock = PTHREAD_MUTEX_INITIALIZER; /* contexts may sample from several threads */
 
 static int cl_slice(int V, int C)
 {
@@ -490,7 +492,7 @@ static int cl_slice(int V, int C)
     return cps * NB_CHUNK;
 }
 
-static int cl_usable(int device, int V, int C)
+static int cl_usable_locked(int device, int V, int C)
 {
     for (int i = 0; i < g_cl_n; i++)
         if (g_cl_cache[i].device == device && g_cl_cache[i].V == V && g_cl_cache[i].C == C) return g_cl_cache[i].ok;
@@ -523,6 +525,14 @@ static int cl_usable(int device, int V, int C)
         cudaGetLastError(); // a refusal here only means the one-block kernel runs
     }
     if (g_cl_n < CL_CACHE) g_cl_cache[g_cl_n++] = {device, V, C, ok};
+    return ok;
+}
+
+static int cl_usable(int device, int V, int C)
+{
+    pthread_mutex_lock(&g_cl_lock);
+    const int ok = cl_usable_locked(device, V, C);
+    pthread_mutex_unlock(&g_cl_lock);
     return ok;
 }
 
