@@ -3,9 +3,10 @@
 //
 // The one-block kernel re-reads its 620 KB row (GLM-5's vocabulary) from L2 or HBM on every
 // pass (max, total weight, 2-3 radix levels, chunk sums) with one SM: 0.43 ms per row with
-// top-p. Here a cluster of C blocks (8 or 16) shares a row: block r copies ids
+// top-p. Here a cluster of C blocks (16 up to 16 rows, else 8; up to 256 rows, where the
+// one-block kernel's rows do not yet fill the GPU) shares a row: block r copies ids
 // [r S, r S + S) once into its shared memory (S a multiple of the draw's 1024-id chunks) and
-// every later pass reads that copy. What the passes decide on is exchanged through distributed
+// every later pass reads that copy; a draw computes each token's weight once, in place. What the passes decide on is exchanged through distributed
 // shared memory (mapa + ld.shared::cluster) after a cluster barrier:
 //   - reductions (max, sums): each block's value goes to its own slot (one slot per reduction,
 //     never reused in a launch, so one barrier each), and every warp combines the C slots in
@@ -53,8 +54,6 @@ typedef struct cl_smem {
     int bstar;
     unsigned int bcnt;
     u64 bmass, above_cnt, above_mass;
-    int chunk;
-    u64 resid;
     int token;
     float raw;
 } cl_smem;
