@@ -27,6 +27,7 @@
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/mla.h"
+#include "ops/cuda/pdl.cuh"
 
 #define MS_IN_COLS 64   /* q_lat columns per block of the input step: 2 per lane */
 #define MS_IN_WARPS 4   /* each over a quarter of the nope rows, summed at the end */
@@ -459,17 +460,8 @@ static int bucket(int T) { return T <= 1 ? 1 : T <= 2 ? 2 : T <= 4 ? 4 : T <= 8 
 template <typename WT, int TM>
 static cudaError_t in_launch(dim3 grid, size_t smem, cudaStream_t st, int pdl, const ms_in_args &a)
 {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(MS_IN_WARPS * 32);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = st;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = pdl ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, k_mla_small_in<WT, TM>, a);
+    void *args[] = {(void *)&a};
+    return nb_pdl_launch_if((const void *)k_mla_small_in<WT, TM>, grid, dim3(MS_IN_WARPS * 32), smem, st, args, pdl);
 }
 
 #define MS_IN_LAUNCH(WT)                                                                  \
@@ -574,18 +566,9 @@ extern "C" nb_status nb_cuda_mla_small_out(nb_ops_ctx *ctx, const nb_mla_dims *d
         NB_CUDA_TRY(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
         attr_done[fi] = cs->device + 1;
     }
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(MS_OUT_WARPS * 32);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = st;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = pdl == NB_CUDA_MLA_PDL_START || pdl == NB_CUDA_MLA_PDL_CHAIN ? 1 : 0;
     void *args[] = {&a};
-    const cudaError_t le = cudaLaunchKernelExC(&cfg, fn, args);
+    const cudaError_t le = nb_pdl_launch_if((const void *)fn, grid, dim3(MS_OUT_WARPS * 32), smem, st, args,
+                                            pdl == NB_CUDA_MLA_PDL_START || pdl == NB_CUDA_MLA_PDL_CHAIN);
     if (le != cudaSuccess) {
         cudaGetLastError();
         return nb_error(NB_ERR_CUDA, "mla_attention small out: launch failed: %s", cudaGetErrorString(le));
