@@ -4,8 +4,7 @@
  *   moe_*:    routed FFN, all three kernels (wgmma on sm_90 only), edge cases (empty
  *             experts, one hot expert over many tiles, ragged tiles, skipped ids,
  *             T = 16384 sampled, GLM-5 shapes), accumulate; the stream kernel's variants
- *             (small-step kernel, routing scans, forced tile widths), the slice kernel
- *             (moe_slice: at most 8 tokens, one item per 64-row slice of an expert)
+ *             (small-step kernel, routing scans, forced tile widths)
  *             and the wgmma kernel's (tile widths, wgmma depth, accumulator chains,
  *             warps per block, old), its widths in steps of 8 (moe_wgmma_n8,
  *             NIBBLE_MOE_WG_N8=1), and the producer/consumer wgmma kernel (moe_wgpc)
@@ -272,36 +271,6 @@ static void test_moe_stream_variants(void)
         moe_case(&big, 2, 2, ROUTE_UNIFORM, NB_MOE_KERNEL_STREAM, 0, 1 << 30); /* K split 4 ways */
     }
     nb_moe_stream_set(-1, 0, 0);
-    experts_free(&x);
-    experts_free(&big);
-}
-
-/* The slice kernel (moe_slice.cu, steps of at most 8 tokens with ids), forced where it can
- * run (nb_moe_slice_set(2)) on small shapes and at GLM-5 shapes: one token, ragged tiles,
- * most experts empty, all tokens on few experts, skipped ids, out +=, 8 tokens x top-8 (the
- * 64-slot limit), and past it (9 tokens: back on the small-step kernel). The automatic
- * choice (items covering every SM) is what bench-moe times at 1-2 tokens of a GLM-5 layer. */
-static void test_moe_slice(void)
-{
-    if (!gpu_or_skip()) return;
-    seed();
-    experts x, big;
-    NB_CHECK(experts_make(&x, 16, 512, 256) == 0);
-    NB_CHECK(experts_make(&big, 12, 6144, 2048) == 0);
-    nb_moe_slice_set(2);
-    moe_case(&x, 1, 4, ROUTE_UNIFORM, NB_MOE_KERNEL_STREAM, 0, 1 << 30);
-    moe_case(&x, 1, 1, ROUTE_UNIFORM, NB_MOE_KERNEL_STREAM, 0, 1 << 30);  /* one expert, 4 items */
-    moe_case(&x, 3, 2, ROUTE_UNIFORM, NB_MOE_KERNEL_STREAM, 0, 1 << 30);  /* most experts empty */
-    moe_case(&x, 8, 4, ROUTE_FEW, NB_MOE_KERNEL_STREAM, 0, 1 << 30);      /* 5 experts, up to 8 slots each */
-    moe_case(&x, 8, 1, ROUTE_ONE_HOT, NB_MOE_KERNEL_STREAM, 0, 1 << 30);  /* all 8 on expert 3 */
-    moe_case(&x, 6, 4, ROUTE_SKIP, NB_MOE_KERNEL_STREAM, 0, 1 << 30);     /* ids of -1 */
-    moe_case(&x, 5, 3, ROUTE_UNIFORM, NB_MOE_KERNEL_STREAM, 1, 1 << 30);  /* out += */
-    moe_case(&x, 8, 8, ROUTE_UNIFORM, NB_MOE_KERNEL_STREAM, 0, 1 << 30);  /* 64 slots */
-    moe_case(&x, 9, 4, ROUTE_UNIFORM, NB_MOE_KERNEL_STREAM, 0, 1 << 30);  /* 9 tokens: not this kernel */
-    moe_case(&big, 1, 8, ROUTE_UNIFORM, NB_MOE_KERNEL_STREAM, 0, 1 << 30);
-    moe_case(&big, 2, 6, ROUTE_UNIFORM, NB_MOE_KERNEL_STREAM, 1, 1 << 30);
-    moe_case(&big, 4, 3, ROUTE_SKIP, NB_MOE_KERNEL_STREAM, 0, 1 << 30);
-    nb_moe_slice_set(-1);
     experts_free(&x);
     experts_free(&big);
 }
@@ -617,7 +586,7 @@ static const nb_test tests[] = {
     {"moe_small", test_moe_small}, {"moe_big_t", test_moe_big_t},
     {"moe_glm5_shape", test_moe_glm5_shape}, {"moe_stream_variants", test_moe_stream_variants},
     {"moe_wgmma_variants", test_moe_wgmma_variants}, {"moe_wgmma_n8", test_moe_wgmma_n8},
-    {"moe_wgpc", test_moe_wgpc}, {"moe_slice", test_moe_slice},
+    {"moe_wgpc", test_moe_wgpc},
     {"shared", test_shared},   {"router", test_router},
 };
 

@@ -184,12 +184,6 @@ const char *nb_moe_kernel_name(nb_moe_kernel k);
  * routing kernel's shuffle scans. small < 0: back to the environment's values. Not
  * thread-safe: call it between steps. */
 void nb_moe_stream_set(int small, int nt, int fast_route);
-/* The slice kernel (moe_slice.cu: steps of at most 8 tokens with ids, each item one 64-row
- * slice of an expert's intermediate through both GEMMs, no item waiting on another):
- * mode 0 off (the default: slower, docs/moe-kernels.md), 1 where its items cover every SM,
- * 2 wherever it can run (tests);
- * -1: back to NIBBLE_MOE_SLICE (same values). Not thread-safe: call it between steps. */
-void nb_moe_slice_set(int mode);
 
 /* ---- router ------------------------------------------------------------------------- */
 

@@ -72,40 +72,6 @@ __device__ __forceinline__ void expand_codes(uint32_t w, uint32_t sg, uint32_t s
     a[3] = bf16x2_mul(r3, sg8);
 }
 
-// D += A B for one m16n8k16 BF16 fragment (F32 accumulate).
-__device__ __forceinline__ void mma_bf16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-                 "{%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// One 64-wide k-tile of one warp: expand the codes of two 16-row tiles (gate and up rows,
-// or two down tiles) and multiply with NT token fragments whose 16 BF16 per lane are in
-// b[NT][8] words.
-template <int NT>
-__device__ __forceinline__ void moe_ktile(const uint4 &wa, const uint4 &wb, uint32_t sca, uint32_t scb,
-                                          const uint32_t (*b)[8], float (*acca)[4], float (*accb)[4])
-{
-    uint32_t sa, sa8, sb, sb8;
-    expand_scales(sca, sa, sa8);
-    expand_scales(scb, sb, sb8);
-    const uint32_t wwa[4] = {wa.x, wa.y, wa.z, wa.w};
-    const uint32_t wwb[4] = {wb.x, wb.y, wb.z, wb.w};
-#pragma unroll
-    for (int s = 0; s < 4; s++) {
-        uint32_t a[4];
-        expand_codes(wwa[s], sa, sa8, a);
-#pragma unroll
-        for (int j = 0; j < NT; j++) mma_bf16(acca[j], a[0], a[1], a[2], a[3], b[j][2 * s], b[j][2 * s + 1]);
-        expand_codes(wwb[s], sb, sb8, a);
-#pragma unroll
-        for (int j = 0; j < NT; j++) mma_bf16(accb[j], a[0], a[1], a[2], a[3], b[j][2 * s], b[j][2 * s + 1]);
-    }
-}
-
 __device__ __forceinline__ uint16_t f32_to_bf16_rn(float f)
 {
     uint32_t u = __float_as_uint(f);
@@ -158,63 +124,8 @@ struct moe_params {
     // moe_wgpc.cu lab switch (NIBBLE_MOE_WG_PC_LAB, timing only, wrong results; 0 elsewhere):
     // bit 0: the producer moves no codes/scales, bit 1: no token rows.
     int pc_lab;
-    // moe_slice.cu lab switch (NIBBLE_MOE_SLICE_LAB, timing only, wrong results; 0 elsewhere):
-    // bit 0: no atomics into out, bit 1: no expansion or multiply (the loads only).
-    int slice_lab;
 };
 #define MOE_SMALL_SLOTS 64
-
-// The routing of a step of at most MOE_SMALL_SLOTS slots, done by every block of a small-step
-// kernel into shared memory (no routing kernel to wait for): slots in expert order, experts
-// ascending and an expert's slots by slot id (deterministic, so every block agrees), cut into
-// tiles of `tile` slots as moe_route_kernel cuts them. ids == NULL: dense mode (expert 0).
-struct moe_small_route {
-    int e[MOE_SMALL_SLOTS];       // the slot's expert, -1 when skipped
-    int sorted[MOE_SMALL_SLOTS];  // slot ids in expert order
-    int nt[MOE_SMALL_SLOTS];      // tiles of the slot's expert, on its first slot only
-    int4 tiles[MOE_SMALL_SLOTS];  // (expert, first sorted position, count, index | tiles << 16)
-    int ntiles;
-};
-
-// All threads of the block (at least MOE_SMALL_SLOTS); ends with a barrier.
-__device__ __forceinline__ void moe_route_small(const int32_t *ids, int slots, int experts, int tile,
-                                                moe_small_route &r)
-{
-    const int tid = threadIdx.x;
-    if (tid < MOE_SMALL_SLOTS) {
-        int e = -1;
-        if (tid < slots) e = ids ? ids[tid] : 0;
-        r.e[tid] = e >= 0 && e < experts ? e : -1;
-    }
-    __syncthreads();
-    int e = -1, cnt = 0, below = 0;
-    if (tid < MOE_SMALL_SLOTS) {
-        e = r.e[tid];
-        int rank = 0;
-        for (int j = 0; j < slots; j++) {
-            const int ej = r.e[j];
-            cnt += ej == e;
-            rank += ej == e && j < tid;
-            below += ej >= 0 && ej < e;
-        }
-        if (e >= 0) r.sorted[below + rank] = tid;
-        r.nt[tid] = e >= 0 && rank == 0 ? (cnt + tile - 1) / tile : 0;
-    }
-    __syncthreads();
-    if (tid < MOE_SMALL_SLOTS && r.nt[tid] > 0) {
-        int tfirst = 0;
-        for (int j = 0; j < slots; j++) tfirst += r.e[j] >= 0 && r.e[j] < e ? r.nt[j] : 0;
-        const int nt = r.nt[tid];
-        for (int jj = 0; jj < nt; jj++)
-            r.tiles[tfirst + jj] = make_int4(e, below + jj * tile, min(tile, cnt - jj * tile), jj | (nt << 16));
-    }
-    if (tid == 0) {
-        int n = 0;
-        for (int j = 0; j < slots; j++) n += r.nt[j];
-        r.ntiles = n;
-    }
-    __syncthreads();
-}
 
 // Floats of `out` one zeroing item clears (8 float4 per thread).
 #define MOE_ZERO_CHUNK (MOE_THREADS * 4 * 8)
@@ -269,12 +180,5 @@ size_t moe_wg_dyn_smem(int nmax, int a_smem);
 // shapes where moe_wgpc_fits is 0 (inter % 256, hidden % 512).
 nb_status moe_launch_wgpc(const moe_params &p, int nw, int sms, cudaStream_t st);
 int moe_wgpc_fits(int hidden, int inter);
-
-// The slice kernel (moe_slice.cu) for steps of at most 8 tokens with ids: whether it takes
-// the step (NIBBLE_MOE_SLICE / nb_moe_slice_set, and enough items to cover `sms` SMs), and
-// its launch (a one-block kernel zeroing out, then the slice kernel; p.ids, p.slots,
-// p.experts and p.tokens set).
-int moe_slice_wanted(int tokens, int topk, int experts, int inter, int has_ids, int sms);
-nb_status moe_launch_slice(const moe_params &p, int sms, cudaStream_t st);
 
 #endif

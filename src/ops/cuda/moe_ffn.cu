@@ -25,6 +25,15 @@
 #include "ops/cuda/moe_dev.h"
 #include "ops/cuda/moe_wgmma.h"
 
+__device__ __forceinline__ void mma_bf16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                 "{%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
 // ---- workspace, routing: slots into expert order, token tiles ------------------------------
 
 static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
@@ -129,6 +138,30 @@ __global__ void __launch_bounds__(1024) moe_route_kernel(const int32_t *ids, int
 }
 
 // ---- the FFN kernel ------------------------------------------------------------------------
+
+// One 64-wide k-tile of one warp: expand the codes of two 16-row tiles (gate and up rows,
+// or two down tiles) and multiply with NT token fragments whose 16 BF16 per lane are in
+// b[NT][8] words.
+template <int NT>
+__device__ __forceinline__ void moe_ktile(const uint4 &wa, const uint4 &wb, uint32_t sca, uint32_t scb,
+                                          const uint32_t (*b)[8], float (*acca)[4], float (*accb)[4])
+{
+    uint32_t sa, sa8, sb, sb8;
+    expand_scales(sca, sa, sa8);
+    expand_scales(scb, sb, sb8);
+    const uint32_t wwa[4] = {wa.x, wa.y, wa.z, wa.w};
+    const uint32_t wwb[4] = {wb.x, wb.y, wb.z, wb.w};
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+        uint32_t a[4];
+        expand_codes(wwa[s], sa, sa8, a);
+#pragma unroll
+        for (int j = 0; j < NT; j++) mma_bf16(acca[j], a[0], a[1], a[2], a[3], b[j][2 * s], b[j][2 * s + 1]);
+        expand_codes(wwb[s], sb, sb8, a);
+#pragma unroll
+        for (int j = 0; j < NT; j++) mma_bf16(accb[j], a[0], a[1], a[2], a[3], b[j][2 * s], b[j][2 * s + 1]);
+    }
+}
 
 // The kernel's shared array, named so the launcher can compare it with nb_moe_smem_bytes.
 template <int NT>
@@ -449,12 +482,45 @@ __global__ void __launch_bounds__(MOE_THREADS, MOE_MIN_BLOCKS(NT)) moe_ffn_small
 {
     __shared__ moe_smem_probe<NT> sm;
     __shared__ long long s_row[8 * NT];
-    __shared__ moe_small_route rt;
+    __shared__ int s_e[MOE_SMALL_SLOTS], s_sorted[MOE_SMALL_SLOTS], s_nt[MOE_SMALL_SLOTS], s_ntiles;
+    __shared__ int4 s_tiles[MOE_SMALL_SLOTS];
     const int tid = threadIdx.x;
-    moe_route_small(p.ids, p.slots, p.experts, p.tile, rt);
+    if (tid < MOE_SMALL_SLOTS) {
+        int e = -1;
+        if (tid < p.slots) e = p.ids ? p.ids[tid] : 0;
+        s_e[tid] = e >= 0 && e < p.experts ? e : -1;
+    }
+    __syncthreads();
+    int e = -1, cnt = 0, below = 0;
+    if (tid < MOE_SMALL_SLOTS) {
+        e = s_e[tid];
+        int rank = 0;
+        for (int j = 0; j < p.slots; j++) {
+            const int ej = s_e[j];
+            cnt += ej == e;
+            rank += ej == e && j < tid;
+            below += ej >= 0 && ej < e;
+        }
+        if (e >= 0) s_sorted[below + rank] = tid;
+        s_nt[tid] = e >= 0 && rank == 0 ? (cnt + p.tile - 1) / p.tile : 0;
+    }
+    __syncthreads();
+    if (tid < MOE_SMALL_SLOTS && s_nt[tid] > 0) {
+        int tfirst = 0;
+        for (int j = 0; j < p.slots; j++) tfirst += s_e[j] >= 0 && s_e[j] < e ? s_nt[j] : 0;
+        const int nt = s_nt[tid];
+        for (int jj = 0; jj < nt; jj++)
+            s_tiles[tfirst + jj] = make_int4(e, below + jj * p.tile, min(p.tile, cnt - jj * p.tile), jj | (nt << 16));
+    }
+    if (tid == 0) {
+        int n = 0;
+        for (int j = 0; j < p.slots; j++) n += s_nt[j];
+        s_ntiles = n;
+    }
+    __syncthreads();
     const int rb_gu = p.inter / 16 / (MOE_WARPS / p.ks_gu), rb_dn = p.hidden / 32 / (MOE_WARPS / p.ks_dn);
     const int n_z = (int)((p.zero_elems + MOE_ZERO_CHUNK - 1) / MOE_ZERO_CHUNK);
-    const int n_tiles = rt.ntiles, n_gu = n_tiles * rb_gu, total = n_z + n_gu + n_tiles * rb_dn;
+    const int n_tiles = s_ntiles, n_gu = n_tiles * rb_gu, total = n_z + n_gu + n_tiles * rb_dn;
     bool waited = false;  // thread 0's griddepcontrol.wait done
     for (int item = blockIdx.x; item < total; item += gridDim.x) {
         if (item < n_z) {
@@ -471,12 +537,12 @@ __global__ void __launch_bounds__(MOE_THREADS, MOE_MIN_BLOCKS(NT)) moe_ffn_small
         bool dn;
         int ti, rb;
         moe_locate(item, n_z, n_gu, rb_gu, rb_dn, dn, ti, rb);
-        const int4 tl = rt.tiles[ti];
+        const int4 tl = s_tiles[ti];
         if (tid < 8 * NT) {
             const int r = tid, pos = tl.y + r;
             s_row[r] = r >= tl.z ? -1
                        : dn      ? (long long)pos * p.inter
-                                 : (long long)(rt.sorted[pos] / p.topk) * p.hidden;
+                                 : (long long)(s_sorted[pos] / p.topk) * p.hidden;
         }
         if (dn && tid == 0) {
             if (!waited) griddep_wait(), waited = true;
@@ -485,9 +551,9 @@ __global__ void __launch_bounds__(MOE_THREADS, MOE_MIN_BLOCKS(NT)) moe_ffn_small
         }
         __syncthreads();
         if (dn) {
-            moe_item<NT, true>(p, sm, nullptr, s_row, tl.x, tl.y, tl.z, rb, p.ks_dn, rt.sorted);
+            moe_item<NT, true>(p, sm, nullptr, s_row, tl.x, tl.y, tl.z, rb, p.ks_dn, s_sorted);
         } else {
-            moe_item<NT, false>(p, sm, nullptr, s_row, tl.x, tl.y, tl.z, rb, p.ks_gu, rt.sorted);
+            moe_item<NT, false>(p, sm, nullptr, s_row, tl.x, tl.y, tl.z, rb, p.ks_gu, s_sorted);
             if (tid == 0) {
                 if (!waited) griddep_wait(), waited = true;
                 add_release(p.done + ti, 1);
@@ -739,18 +805,6 @@ static nb_status moe_forward_impl(const nb_moe_weights_dev *w, const nb_moe_desc
                           : nb_moe_pick_kernel(d->tokens, topk, w->experts, w->hidden, w->inter, moe_sm_arch());
     const int nt = moe_nt(k, (double)d->tokens * topk / w->experts);
     const moe_stream_cfg *cfg = moe_stream_config();
-    if (k == NB_MOE_KERNEL_STREAM &&
-        moe_slice_wanted(d->tokens, topk, w->experts, w->inter, d->ids != NULL, moe_sm_count())) {
-        moe_params p;
-        memset(&p, 0, sizeof p);
-        p.w13 = w->w13, p.s13 = w->s13, p.w2 = w->w2, p.s2 = w->s2, p.g13 = w->g13, p.g2 = w->g2;
-        p.hidden = w->hidden, p.inter = w->inter, p.topk = topk, p.x = d->x;
-        p.route_w = d->weights, p.out = d->out;
-        p.zero_elems = d->accumulate ? 0 : (size_t)d->tokens * w->hidden;
-        p.ids = d->ids, p.slots = d->tokens * topk, p.experts = w->experts, p.tokens = d->tokens;
-        NB_LOG_DEBUG("cuda", "moe: slice kernel, %d tokens x top-%d", d->tokens, topk);
-        return moe_launch_slice(p, moe_sm_count(), st);
-    }
     // A plain launch, never a programmatic (PDL) one: moe_ffn_small_kernel reads the ids before
     // its griddepcontrol.wait, relying on this kernel starting only once their producer is done.
     moe_route_kernel<<<1, 1024, 0, st>>>(d->ids, d->tokens * topk, w->experts, 8 * nt, ws, cfg->fast_route);
