@@ -49,7 +49,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/cuda/moe_dev.h"  // expand_codes / expand_scales: the MoE kernels' NVFP4 expansion
+#include "ops/cuda/moe_dev.h"        // expand_codes / expand_scales: the MoE kernels' NVFP4 expansion
+#include "ops/cuda/moe_wgmma_ops.h"  // wgmma fence / commit / wait, wg_desc
 
 #define CK(x)                                                                                        \
     do {                                                                                             \
@@ -314,28 +315,10 @@ __global__ void __launch_bounds__((BULK_CW + 1) * 32) k_bulk(const char *__restr
 
 // ================================ Part 2: wgmma at small N ================================
 
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wg_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ void wg_pin(float &r) { asm volatile("" : "+f"(r)::"memory"); }
 
-// Shared-memory matrix descriptor, K-major BF16 operand, 128-byte swizzle: rows of 64 BF16
-// (128 B), 8-row atoms of 1024 B (stride byte offset 1024), atoms 1024-aligned, leading byte
-// offset unused for swizzled K-major (1); k-step s (16 columns) starts 32 s bytes into the
-// row. Bits: start >> 4 at 0-13, LBO >> 4 at 16-29, SBO >> 4 at 32-45, swizzle at 62-63
-// (1 = 128 B). The same encoding as src/ops/cuda/moe_wgmma_ops.h (wg_desc).
-__device__ __forceinline__ uint64_t wg_desc(uint32_t saddr)
-{
-    return (uint64_t)((saddr & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
-}
-
-// wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16, D += A B (scale-d = 1), B K-major:
-// ss = A from shared memory (descriptor), rs = A from registers (4 x bf16x2 per thread).
-// Written out per N because the N/2 accumulators are part of the instruction.
+// wgmma plumbing (wg_fence, wg_commit, wg_wait, wg_pin) and the shared-memory descriptor
+// (wg_desc: K-major BF16, 128-byte swizzle, SBO 1024, k-step s at +32 s bytes) come from the
+// MoE kernels' header, src/ops/cuda/moe_wgmma_ops.h, so the probe times the same encoding.
 #define A4(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
 #define A8(d, i) A4(d, i), A4(d, i + 4)
 #define A16(d, i) A8(d, i), A8(d, i + 8)
