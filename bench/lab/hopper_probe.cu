@@ -113,14 +113,8 @@ __global__ void k_fill(uint4 *p, size_t n, uint32_t seed)
     }
 }
 
-__device__ __forceinline__ uint4 ldnc(const uint4 *p)
-{
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-}
+// 16-byte streaming loads: ld_stream (ld.global.nc.L1::no_allocate.v4) from ops/cuda/moe_dev.h,
+// the MoE kernels' own.
 __device__ __forceinline__ uint32_t fold(uint4 v) { return v.x ^ v.y ^ v.z ^ v.w; }
 
 // XOR of acc over the block, one word per block to out: keeps the loads live.
@@ -148,7 +142,7 @@ __global__ void __launch_bounds__(512, 1) k_read(const uint4 *__restrict__ src, 
     for (size_t i = 0; i < chunk16; i += 32 * U) {
         uint4 v[U];
 #pragma unroll
-        for (int u = 0; u < U; u++) v[u] = ldnc(p + i + 32 * u);
+        for (int u = 0; u < U; u++) v[u] = ld_stream(p + i + 32 * u);
 #pragma unroll
         for (int u = 0; u < U; u++) acc ^= fold(v[u]);
     }
@@ -161,7 +155,7 @@ __global__ void __launch_bounds__(512, 1) k_read(const uint4 *__restrict__ src, 
 __device__ __forceinline__ void moe_load(uint4 (&c)[8], const uint4 *pa, const uint4 *pb)
 {
 #pragma unroll
-    for (int j = 0; j < 4; j++) c[j] = ldnc(pa + j * 32), c[4 + j] = ldnc(pb + j * 32);
+    for (int j = 0; j < 4; j++) c[j] = ld_stream(pa + j * 32), c[4 + j] = ld_stream(pb + j * 32);
 }
 __device__ __forceinline__ uint32_t fold8(const uint4 (&c)[8])
 {
