@@ -50,7 +50,11 @@
 
 // W warps per block: NB_MOE_WG_WARPS (8, two warpgroups) or 16 (four warpgroups, at most
 // 128 registers per thread, four warps per scheduler to hide the expansion's latencies).
-#define MOE_WG_RING(as, w) ((as) ? NB_MOE_WG_SS_STAGES : (w) > 8 ? NB_MOE_WG16_STAGES : NB_MOE_WG_STAGES)
+// r: the ring of a lean-loop variant, 1 (one block per SM, the default stages) or
+// 16 * blocks per SM + stages (NIBBLE_MOE_WG_B / _S).
+#define MOE_WG_RING(as, w, r)                                                                            \
+    ((r) != 1 ? (r) % 16 : (as) ? NB_MOE_WG_SS_STAGES : (w) > 8 ? NB_MOE_WG16_STAGES : NB_MOE_WG_STAGES)
+#define MOE_WG_BLOCKS(r) ((r) == 1 ? 1 : (r) / 16)
 #define MOE_WG_ABUF 32768  // one k-tile of expanded A: 2 warpgroups x (gate, up) x 64 rows x 128 B
 #define MOE_WG_SLICE 128                                  // k per ring stage (two k-tiles)
 #define MOE_WG_PERM_KTILES(w) ((w) * 64)                  // 64-wide k-tiles of x one permuting item rewrites
@@ -121,6 +125,46 @@ __device__ __forceinline__ void moe_wg_stage(char *buf, const uint16_t *base, co
     cp_async_commit();
 }
 
+// The item's results: gate_up writes SiLU(gate) * up of its rows into act (in wgmma K order),
+// down adds its rows, times the routing weight, into out. D fragment of warp w: n8 block j,
+// i = 0..3 -> row g + 8 (i >> 1), token 8j + 2t + (i & 1) (mma.sync's C layout per n8 block),
+// rows of this warp's own 16-row tiles.
+template <int N, bool DN>
+__device__ __forceinline__ void moe_wg_epilogue(const moe_params &p, const float (&da)[N / 2], const float (&db)[N / 2],
+                                                int e, int start, int cnt, int pair)
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    if (!DN) {
+        const float fg = MOE_ACC_FIX * p.g13[2 * e], fu = MOE_ACC_FIX * p.g13[2 * e + 1];
+#pragma unroll
+        for (int j = 0; j < N / 8; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int col = j * 8 + 2 * t + (i & 1), r = pair * 16 + g + (i >> 1) * 8;
+                if (col < cnt) {
+                    const float gv = da[4 * j + i] * fg, uv = db[4 * j + i] * fu;
+                    const float a = gv / (1.0f + __expf(-gv)) * uv;
+                    p.act[(size_t)(start + col) * p.inter + (r & ~63) + wg_pos64(r & 63)] = f32_to_bf16_rn(a);
+                }
+            }
+    } else {
+        const float f = MOE_ACC_FIX * p.g2[e];
+#pragma unroll
+        for (int j = 0; j < N / 8; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int col = j * 8 + 2 * t + (i & 1), r = 2 * pair * 16 + g + (i >> 1) * 8;
+                if (col < cnt) {
+                    const int slot = p.sorted[start + col];
+                    const float rw = (p.route_w ? p.route_w[slot] : 1.0f) * f;
+                    float *o = p.out + (size_t)(slot / p.topk) * p.hidden + r;
+                    atomicAdd(o, da[4 * j + i] * rw);
+                    atomicAdd(o + 16, db[4 * j + i] * rw);
+                }
+            }
+    }
+}
+
 // One item on a tile of cnt <= N tokens: 8 pairs of 16-row tiles (one per warp; warps 0-3
 // and 4-7 are the two warpgroups, each issuing its own wgmmas on the shared token stage)
 // times the whole K.
@@ -132,7 +176,7 @@ __device__ __forceinline__ void moe_wg_item(const moe_params &p, char *ring, cha
 {
 #if MOE_WG_ARCH
     static_assert(W == 8 || (W == 16 && !AS), "8 warps, or 16 on the register path");
-    constexpr int STAGES = MOE_WG_RING(AS, W), AHEAD = STAGES - 2;
+    constexpr int STAGES = MOE_WG_RING(AS, W, 1), AHEAD = STAGES - 2;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int pair = rb * W + warp;
@@ -257,40 +301,178 @@ __device__ __forceinline__ void moe_wg_item(const moe_params &p, char *ring, cha
 #pragma unroll
         for (int i = 0; i < N / 2; i++) da[0][i] += da[c][i], db[0][i] += db[c][i];
 
-    // D fragment of warp w: n8 block j, i = 0..3 -> row g + 8 (i >> 1), token 8j + 2t + (i & 1)
-    // (mma.sync's C layout per n8 block), rows of this warp's own 16-row tiles.
-    if (!DN) {
-        const float fg = MOE_ACC_FIX * p.g13[2 * e], fu = MOE_ACC_FIX * p.g13[2 * e + 1];
-#pragma unroll
-        for (int j = 0; j < N / 8; j++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int col = j * 8 + 2 * t + (i & 1), r = pair * 16 + g + (i >> 1) * 8;
-                if (col < cnt) {
-                    const float gv = da[0][4 * j + i] * fg, uv = db[0][4 * j + i] * fu;
-                    const float a = gv / (1.0f + __expf(-gv)) * uv;
-                    p.act[(size_t)(start + col) * p.inter + (r & ~63) + wg_pos64(r & 63)] = f32_to_bf16_rn(a);
-                }
-            }
-    } else {
-        const float f = MOE_ACC_FIX * p.g2[e];
-#pragma unroll
-        for (int j = 0; j < N / 8; j++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int col = j * 8 + 2 * t + (i & 1), r = 2 * pair * 16 + g + (i >> 1) * 8;
-                if (col < cnt) {
-                    const int slot = p.sorted[start + col];
-                    const float rw = (p.route_w ? p.route_w[slot] : 1.0f) * f;
-                    float *o = p.out + (size_t)(slot / p.topk) * p.hidden + r;
-                    atomicAdd(o, da[0][4 * j + i] * rw);
-                    atomicAdd(o + 16, db[0][4 * j + i] * rw);
-                }
-            }
-    }
+    moe_wg_epilogue<N, DN>(p, da[0], db[0], e, start, cnt, pair);
     __syncthreads();  // the ring and row[] are reused by the next item
 #else
     __trap();  // launched only on sm_90 devices of an sm_90a build (moe_launch_wg)
+#endif
+}
+
+// ---- the lean register path (the default; NIBBLE_MOE_WG_LEAN=0 for moe_wg_item's) ----------
+//
+// moe_wg_item's register path (D = 2, C = 1: the defaults) with its per-slice overhead cut.
+// The multiplying warps also issue the ring's copies, so every instruction around the
+// expansion takes an issue slot from it: the third session's loop spent ~454 instructions per
+// warp and slice against ~340 for the probe's rse4 loop (bench/lab/hopper_probe.cu, the same
+// expansion and wgmmas), and ran ~1.4x slower than it. Here:
+//   - each thread's copy sources and shared-memory destinations are computed once per item
+//     (token chunk pointers and swizzled offsets, code and scale pointers); a slice adds its
+//     offset;
+//   - the wgmma descriptor is built once per slice and a k-step adds its 16-byte units to the
+//     low word (the address field cannot carry: shared addresses stay below 256 KB);
+//   - a k-group's scales are copied and read once, by its first slice (the third session's
+//     loop copied the whole k-group's 512 bytes again for the second slice);
+//   - two slices per loop trip, so the k-group half and the scale word are compile-time.
+// The ring, its stage layout and the wgmma sequence are moe_wg_item's.
+__device__ __forceinline__ void cp_async16_s(uint32_t s, const void *g)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(g) : "memory");
+}
+__device__ __forceinline__ void cp_async16_sz(uint32_t s, const void *g, uint32_t bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(g), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ uint64_t wg_desc_add(uint64_t d, uint32_t units)
+{
+    return (d & 0xFFFFFFFF00000000ull) | (uint32_t)((uint32_t)d + units);
+}
+
+// Per-thread copy plan of one item: TM token chunks (source, swizzled offset, 16 or 0 bytes),
+// this lane's code and scale sources and their offsets in a stage.
+template <int TM>
+struct moe_wg_plan {
+    const char *tsrc[TM];
+    uint32_t tdst[TM], tsz[TM];
+    const uint8_t *pa, *pb, *ps;
+    uint32_t cw, cs;
+};
+
+// Slice sl's copies into the stage at shared address st, then the plan's sources advance to
+// slice sl + 1 (scales: to the next k-group after its second slice).
+template <int N, int W, int TM>
+__device__ __forceinline__ void moe_wg_lean_stage(moe_wg_plan<TM> &pl, uint32_t st, bool scales, bool odd, int lab)
+{
+    constexpr bool PART = N * 16 % (W * 32) != 0;  // the last chunk round leaves threads idle
+#pragma unroll
+    for (int m = 0; m < TM; m++) {
+        if (!PART || m < TM - 1 || threadIdx.x + m * (W * 32) < N * 16)
+            cp_async16_sz(st + pl.tdst[m], pl.tsrc[m], pl.tsz[m]);
+        pl.tsrc[m] += 256;
+    }
+    if (!(lab & 1)) {
+        cp_async16_s(st + pl.cw, pl.pa);
+        cp_async16_s(st + pl.cw + 512, pl.pa + 512);
+        cp_async16_s(st + pl.cw + 1024, pl.pb);
+        cp_async16_s(st + pl.cw + 1536, pl.pb + 512);
+        if (scales) cp_async16_s(st + pl.cs, pl.ps);
+    }
+    pl.pa += 1024, pl.pb += 1024;
+    if (odd) pl.ps += 256;
+    cp_async_commit();
+}
+
+template <int N, bool DN, int W, int B>
+__device__ __forceinline__ void moe_wg_item_lean(const moe_params &p, char *ring, const long long *row, int e,
+                                                 int start, int cnt, int rb)
+{
+#if MOE_WG_ARCH
+    constexpr int STAGES = MOE_WG_RING(0, W, B), AHEAD = STAGES - 2, SB = MOE_WG_STAGE_BYTES(N, W);
+    constexpr int TM = (N * 16 + W * 32 - 1) / (W * 32);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int pair = rb * W + warp;
+    const int n = DN ? p.hidden : 2 * p.inter, K = DN ? p.inter : p.hidden;
+    const int ktiles = K / 64, kgroups = K / 256, slices = K / MOE_WG_SLICE;
+    const int nta = DN ? 2 * pair : pair, ntb = DN ? 2 * pair + 1 : pair + p.inter / 16;
+    const uint8_t *wbase = (DN ? p.w2 : p.w13) + (size_t)e * ((size_t)n * K / 2);
+    const uint8_t *sbase = (DN ? p.s2 : p.s13) + (size_t)e * ((size_t)n * K / 16);
+    const uint16_t *bbase = DN ? p.act : p.xp;
+    moe_wg_plan<TM> pl;
+#pragma unroll
+    for (int m = 0; m < TM; m++) {
+        const int c = tid + m * (W * 32), r = (c >> 4) % N, q = (c >> 3) & 1, ch = c & 7;
+        const long long off = row[r];
+        pl.tsrc[m] = (const char *)(bbase + (off < 0 ? 0 : off) + q * 64 + ch * 8);
+        pl.tsz[m] = off >= 0 ? 16u : 0u;
+        pl.tdst[m] = (uint32_t)(q * (N * 128) + (r >> 3) * 1024 + (r & 7) * 128 + ((ch ^ (r & 7)) << 4));
+    }
+    pl.pa = wbase + (size_t)nta * ktiles * 512 + lane * 16;
+    pl.pb = wbase + (size_t)ntb * ktiles * 512 + lane * 16;
+    pl.ps = (lane < 16 ? sbase + (size_t)nta * kgroups * 256 : sbase + (size_t)ntb * kgroups * 256 - 256) + lane * 16;
+    pl.cw = (uint32_t)(MOE_WG_CODES_OFF(N) + warp * 2048 + lane * 16);
+    pl.cs = (uint32_t)(MOE_WG_SCALES_OFF(N, W) + warp * 512 + lane * 16);
+    const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(ring);
+    const int lab = p.pc_lab;  // NIBBLE_MOE_WG_LAB (timing only): 1 no weight copies, 2 no multiplies
+
+    float da[N / 2], db[N / 2];
+#pragma unroll
+    for (int i = 0; i < N / 2; i++) da[i] = db[i] = 0.0f;
+    uint32_t ar[2][4], br[2][4];
+
+#pragma unroll
+    for (int i = 0; i < AHEAD; i++) {
+        if (i < slices)
+            moe_wg_lean_stage<N, W, TM>(pl, ring_s + i * SB, (i & 1) == 0, (i & 1) == 1, lab);
+        else
+            cp_async_commit();
+    }
+#pragma unroll 1
+    for (int sl0 = 0; sl0 < slices; sl0 += 2) {
+        uint2 sca, scb;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int sl = sl0 + h;
+            cp_async_wait<AHEAD - 1>();
+            if (!(lab & 4)) fence_proxy_async();
+            __syncthreads();
+            if (sl + AHEAD < slices)
+                moe_wg_lean_stage<N, W, TM>(pl, ring_s + ((sl + AHEAD) % STAGES) * SB, ((h + AHEAD) & 1) == 0,
+                                            ((h + AHEAD) & 1) == 1, lab);
+            else
+                cp_async_commit();
+            const int sti = sl % STAGES;
+            const char *stg = ring + sti * SB;
+            if (h == 0) {
+                sca = *(const uint2 *)(stg + MOE_WG_SCALES_OFF(N, W) + warp * 512 + lane * 8);
+                scb = *(const uint2 *)(stg + MOE_WG_SCALES_OFF(N, W) + warp * 512 + 256 + lane * 8);
+            }
+            if (lab & 2) continue;
+            const uint64_t d0 = wg_desc(ring_s + (uint32_t)(sti * SB));
+            uint64_t dk[2][4];
+#pragma unroll
+            for (int q = 0; q < 2; q++)
+#pragma unroll
+                for (int s = 0; s < 4; s++) dk[q][s] = wg_desc_add(d0, (uint32_t)((q * N * 128 + s * 32) >> 4));
+#pragma unroll
+            for (int q = 0; q < 2; q++) {
+                const uint4 ca = *(const uint4 *)(stg + MOE_WG_CODES_OFF(N) + warp * 2048 + q * 512 + lane * 16);
+                const uint4 cb = *(const uint4 *)(stg + MOE_WG_CODES_OFF(N) + warp * 2048 + 1024 + q * 512 + lane * 16);
+                uint32_t xa, xa8, xb, xb8;
+                expand_scales((h ? sca.y : sca.x) >> (q * 16), xa, xa8);
+                expand_scales((h ? scb.y : scb.x) >> (q * 16), xb, xb8);
+                const uint32_t wwa[4] = {ca.x, ca.y, ca.z, ca.w};
+                const uint32_t wwb[4] = {cb.x, cb.y, cb.z, cb.w};
+#pragma unroll
+                for (int s = 0; s < 4; s++) {
+                    const int j = s & 1;  // A set j: its last reader (two k-steps back) has completed
+                    expand_codes(wwa[s], xa, xa8, ar[j]);
+                    expand_codes(wwb[s], xb, xb8, br[j]);
+                    const uint64_t desc = dk[q][s];
+                    wg_fence();
+                    moe_wg_mma<N>::run(da, ar[j][0], ar[j][1], ar[j][2], ar[j][3], desc);
+                    moe_wg_mma<N>::run(db, br[j][0], br[j][1], br[j][2], br[j][3], desc);
+                    wg_commit();
+                    wg_wait<1>();
+                }
+            }
+        }
+    }
+    wg_wait<0>();
+#pragma unroll
+    for (int i = 0; i < N / 2; i++) wg_pin(da[i]), wg_pin(db[i]);
+    moe_wg_epilogue<N, DN>(p, da, db, e, start, cnt, pair);
+    __syncthreads();  // the ring and row[] are reused by the next item
+#else
+    __trap();
 #endif
 }
 
@@ -316,26 +498,39 @@ __device__ __forceinline__ void moe_wg_item_n8(const moe_params &p, char *ring, 
 // NS for tiles of at most NS tokens (an expert's remainder), else NW. Each width is its own
 // inlined copy of the main loop, and ptxas allocates registers for all of them together:
 // with four widths it serializes the wgmmas (C7512) at any depth above 2.
-template <bool DN, int AS, int NW, int NS, int D, int C, int W>
+// One item at instruction width N: the lean loop (L = 1) or moe_wg_item's.
+template <int N, bool DN, int AS, int D, int C, int W, int L, int B>
+__device__ __forceinline__ void moe_wg_item_at(const moe_params &p, char *ring, char *abuf, const long long *row,
+                                               int4 tl, int rb)
+{
+    if constexpr (L)
+        moe_wg_item_lean<N, DN, W, B>(p, ring, row, tl.x, tl.y, tl.z, rb);
+    else
+        moe_wg_item<N, DN, AS, D, C, W>(p, ring, abuf, row, tl.x, tl.y, tl.z, rb);
+}
+
+template <bool DN, int AS, int NW, int NS, int D, int C, int W, int L, int B>
 __device__ __forceinline__ void moe_wg_dispatch(const moe_params &p, char *ring, char *abuf, const long long *row,
                                                 int4 tl, int rb)
 {
+    static_assert(!L || (AS == 0 && D == 2 && C == 1 && NS != -8), "the lean loop is the register path at D 2, C 1");
+    static_assert(B == 1 || L, "rings other than the default: the lean loop only");
     if constexpr (NS == -8) {
         moe_wg_item_n8<8, DN, AS, NW, D, C, W>(p, ring, abuf, row, tl, rb);
     } else if constexpr (NS < 0) {
         switch ((tl.z + 15) >> 4) {
-        case 1: moe_wg_item<16, DN, AS, D, C, W>(p, ring, abuf, row, tl.x, tl.y, tl.z, rb); break;
-        case 2: moe_wg_item<32, DN, AS, D, C, W>(p, ring, abuf, row, tl.x, tl.y, tl.z, rb); break;
-        case 3: moe_wg_item<48, DN, AS, D, C, W>(p, ring, abuf, row, tl.x, tl.y, tl.z, rb); break;
-        default: moe_wg_item<64, DN, AS, D, C, W>(p, ring, abuf, row, tl.x, tl.y, tl.z, rb); break;
+        case 1: moe_wg_item_at<16, DN, AS, D, C, W, L, B>(p, ring, abuf, row, tl, rb); break;
+        case 2: moe_wg_item_at<32, DN, AS, D, C, W, L, B>(p, ring, abuf, row, tl, rb); break;
+        case 3: moe_wg_item_at<48, DN, AS, D, C, W, L, B>(p, ring, abuf, row, tl, rb); break;
+        default: moe_wg_item_at<64, DN, AS, D, C, W, L, B>(p, ring, abuf, row, tl, rb); break;
         }
     } else if constexpr (NS > 0) {
         if (tl.z <= NS)
-            moe_wg_item<NS, DN, AS, D, C, W>(p, ring, abuf, row, tl.x, tl.y, tl.z, rb);
+            moe_wg_item_at<NS, DN, AS, D, C, W, L, B>(p, ring, abuf, row, tl, rb);
         else
-            moe_wg_item<NW, DN, AS, D, C, W>(p, ring, abuf, row, tl.x, tl.y, tl.z, rb);
+            moe_wg_item_at<NW, DN, AS, D, C, W, L, B>(p, ring, abuf, row, tl, rb);
     } else {
-        moe_wg_item<NW, DN, AS, D, C, W>(p, ring, abuf, row, tl.x, tl.y, tl.z, rb);
+        moe_wg_item_at<NW, DN, AS, D, C, W, L, B>(p, ring, abuf, row, tl, rb);
     }
 }
 
@@ -345,8 +540,8 @@ __device__ __forceinline__ void moe_wg_dispatch(const moe_params &p, char *ring,
 // gate_up items wait for all zeroing and permuting items; a down item of tile i also for
 // tile i's gate_up items. The deadlock argument of moe_ffn_kernel holds unchanged (items
 // are taken in order; a block holds its current item and one later one).
-template <int NMAX, int NS, int AS, int D, int C, int W>
-__global__ void __launch_bounds__(W * 32, 1) moe_wg_kernel(moe_params p)
+template <int NMAX, int NS, int AS, int D, int C, int W, int L, int B>
+__global__ void __launch_bounds__(W * 32, MOE_WG_BLOCKS(B)) moe_wg_kernel(moe_params p)
 {
     extern __shared__ uint4 moe_wg_smem[];
     __shared__ int s_item[2];
@@ -401,9 +596,9 @@ __global__ void __launch_bounds__(W * 32, 1) moe_wg_kernel(moe_params p)
         }
         __syncthreads();
         if (dn) {
-            moe_wg_dispatch<true, AS, NMAX, NS, D, C, W>(p, ring, abuf, s_row, tl, rb);
+            moe_wg_dispatch<true, AS, NMAX, NS, D, C, W, L, B>(p, ring, abuf, s_row, tl, rb);
         } else {
-            moe_wg_dispatch<false, AS, NMAX, NS, D, C, W>(p, ring, abuf, s_row, tl, rb);
+            moe_wg_dispatch<false, AS, NMAX, NS, D, C, W, L, B>(p, ring, abuf, s_row, tl, rb);
             if (threadIdx.x == 0) add_release(p.done + ti, 1);
         }
     }
@@ -416,13 +611,13 @@ size_t moe_wg_dyn_smem(int nmax, int a_smem) { return nb_moe_wg_smem_bytes(nmax,
 // Dynamic shared memory of a block of w warps (the ring, the expanded-A buffers, 1 KB of
 // alignment slack); what moe.h's nb_moe_wg_smem_total / nb_moe_wg16_smem_total (nibble
 // plan-tiles) count, less the static row offsets and item slots.
-static size_t moe_wg_dyn_smem_w(int nmax, int a_smem, int w)
+static size_t moe_wg_dyn_smem_w(int nmax, int a_smem, int w, int b)
 {
     const size_t stage = (size_t)MOE_WG_STAGE_BYTES(nmax, w);
-    return (size_t)MOE_WG_RING(a_smem, w) * stage + (a_smem ? 2u * MOE_WG_ABUF : 0u) + 1024u;
+    return (size_t)MOE_WG_RING(a_smem, w, b) * stage + (a_smem ? 2u * MOE_WG_ABUF : 0u) + 1024u;
 }
 
-template <int NMAX, int NS, int AS, int D, int C, int W>
+template <int NMAX, int NS, int AS, int D, int C, int W, int L, int B>
 static nb_status moe_launch_wg_t(const moe_params &p, int sms, cudaStream_t st)
 {
     static int per_sm = 0, optin = 0, major = 0, minor = 0;
@@ -439,18 +634,19 @@ static nb_status moe_launch_wg_t(const moe_params &p, int sms, cudaStream_t st)
     if ((p.inter / 16) % W || (p.hidden / 32) % W)
         return nb_error(NB_ERR_UNSUPPORTED, "moe: wgmma kernel of %d warps needs inter %% %d == 0 and hidden %% %d == 0 "
                         "(inter %d, hidden %d)", W, 16 * W, 32 * W, p.inter, p.hidden);
-    const size_t dyn = moe_wg_dyn_smem_w(NMAX, AS, W);
+    const size_t dyn = moe_wg_dyn_smem_w(NMAX, AS, W, B);
     const size_t smem = dyn + sizeof(long long) * NMAX + 2 * sizeof(int);  // + s_row + s_item
-    NB_ASSERT(smem == (W == 16 ? nb_moe_wg16_smem_total(NMAX) : nb_moe_wg_smem_total(NMAX, AS)));
+    NB_ASSERT(B != 1 || smem == (W == 16 ? nb_moe_wg16_smem_total(NMAX) : nb_moe_wg_smem_total(NMAX, AS)));
     if (smem > (size_t)optin)
         return nb_error(NB_ERR_UNSUPPORTED,
                         "moe: wgmma kernel with %d-token tiles and %d warps needs %zu bytes of shared memory, the "
                         "device allows %d per block",
                         NMAX, W, smem, optin);
     if (!per_sm) {
-        NB_CUDA_TRY(cudaFuncSetAttribute(moe_wg_kernel<NMAX, NS, AS, D, C, W>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn));
-        NB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_wg_kernel<NMAX, NS, AS, D, C, W>, W * 32, dyn));
+        NB_CUDA_TRY(cudaFuncSetAttribute(moe_wg_kernel<NMAX, NS, AS, D, C, W, L, B>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn));
+        NB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_wg_kernel<NMAX, NS, AS, D, C, W, L, B>, W * 32, dyn));
         if (per_sm < 1) return nb_error(NB_ERR_CUDA, "moe: wgmma kernel<%d> cannot be resident", NMAX);
+        if (per_sm > MOE_WG_BLOCKS(B)) per_sm = MOE_WG_BLOCKS(B);  // the blocks its ring was sized for
     }
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)(sms * per_sm));
@@ -462,7 +658,7 @@ static nb_status moe_launch_wg_t(const moe_params &p, int sms, cudaStream_t st)
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = 1;
-    NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, moe_wg_kernel<NMAX, NS, AS, D, C, W>, p));
+    NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, moe_wg_kernel<NMAX, NS, AS, D, C, W, L, B>, p));
     return NB_OK;
 }
 
@@ -472,10 +668,12 @@ static nb_status moe_launch_wg_t(const moe_params &p, int sms, cudaStream_t st)
 // accumulator chains C. Which one a step runs: moe_wg_pick.
 typedef nb_status (*moe_wg_launch_fn)(const moe_params &, int, cudaStream_t);
 struct moe_wg_variant {
-    int nw, ns, as, d, c, w;
+    int nw, ns, as, d, c, w, lean, b;
     moe_wg_launch_fn fn;
 };
-#define MOE_WG_V(NW, NS, AS, D, C, W) {NW, NS, AS, D, C, W, moe_launch_wg_t<NW, NS, AS, D, C, W>}
+#define MOE_WG_V(NW, NS, AS, D, C, W) {NW, NS, AS, D, C, W, 0, 1, moe_launch_wg_t<NW, NS, AS, D, C, W, 0, 1>}
+#define MOE_WG_VL(NW, NS, W) {NW, NS, 0, 2, 1, W, 1, 1, moe_launch_wg_t<NW, NS, 0, 2, 1, W, 1, 1>}
+#define MOE_WG_VLR(NW, W, R) {NW, 0, 0, 2, 1, W, 1, R, moe_launch_wg_t<NW, 0, 0, 2, 1, W, 1, R>}
 static const moe_wg_variant moe_wg_variants[] = {
     MOE_WG_V(64, -1, 0, 2, 1, 8),  MOE_WG_V(64, -1, 1, 2, 1, 8),  // old: registers / shared-memory A
     MOE_WG_V(16, 0, 0, 2, 1, 8),   MOE_WG_V(32, 0, 0, 2, 1, 8),   MOE_WG_V(48, 0, 0, 2, 1, 8),
@@ -487,6 +685,16 @@ static const moe_wg_variant moe_wg_variants[] = {
     MOE_WG_V(16, -8, 0, 2, 1, 16), MOE_WG_V(32, -8, 0, 2, 1, 16), MOE_WG_V(48, -8, 0, 2, 1, 16),
     MOE_WG_V(16, -8, 0, 2, 1, 8),  MOE_WG_V(32, -8, 0, 2, 1, 8),  MOE_WG_V(48, -8, 0, 2, 1, 8),
     MOE_WG_V(64, -8, 0, 2, 1, 8),
+    // The lean loop (moe_wg_item_lean; NIBBLE_MOE_WG_LEAN=0 runs the rows above instead) for
+    // every default configuration: the 16-warp widths, 64-token tiles at 8 warps, and the
+    // 8-warp widths of shapes the 16-warp kernel cannot take.
+    MOE_WG_VL(16, 0, 16),  MOE_WG_VL(32, 16, 16), MOE_WG_VL(48, 32, 16), MOE_WG_VL(32, 0, 16),
+    MOE_WG_VL(48, 0, 16),  MOE_WG_VL(64, -1, 8),  MOE_WG_VL(16, 0, 8),   MOE_WG_VL(32, 0, 8),
+    MOE_WG_VL(48, 0, 8),
+    // Lab rings (NIBBLE_MOE_WG_B blocks per SM of NIBBLE_MOE_WG_W warps, NIBBLE_MOE_WG_S stages):
+    // 2 x 8 warps, 4 x / 3 x 4 warps, 16 warps with 5 stages.
+    MOE_WG_VLR(16, 8, 36), MOE_WG_VLR(32, 8, 35), MOE_WG_VLR(48, 8, 35), MOE_WG_VLR(16, 4, 67),
+    MOE_WG_VLR(16, 4, 52), MOE_WG_VLR(32, 4, 51), MOE_WG_VLR(16, 16, 21),
 };
 
 static int moe_wg_env_int(const char *name, int dflt)
@@ -554,12 +762,35 @@ nb_status moe_launch_wg(const moe_params &p, int nmax, int sms, cudaStream_t st)
         c = moe_wg_env_int("NIBBLE_MOE_WG_C", c);
         w = moe_wg_env_int("NIBBLE_MOE_WG_W", w);
     }
-    for (size_t i = 0; i < sizeof moe_wg_variants / sizeof moe_wg_variants[0]; i++) {
-        const moe_wg_variant *v = &moe_wg_variants[i];
-        if (v->nw == nw && v->ns == ns && v->as == as && v->d == d && v->c == c && v->w == w) return v->fn(p, sms, st);
+    // The lean loop wherever it is built (every default), unless NIBBLE_MOE_WG_LEAN=0 or the
+    // second session's kernel is asked for.
+    const int lean = !moe_wg_old(&as) && moe_wg_env_int("NIBBLE_MOE_WG_LEAN", 1) != 0;
+    // NIBBLE_MOE_WG_B=2: two 8-warp blocks per SM (lean loop, 16-token tiles).
+    const int benv = moe_wg_env_int("NIBBLE_MOE_WG_B", 1), senv = moe_wg_env_int("NIBBLE_MOE_WG_S", 0);
+    int r = 1;
+    if (lean && (benv > 1 || senv > 0)) {
+        if (benv > 1 && !getenv("NIBBLE_MOE_WG_W")) w = benv == 2 ? 8 : 4;
+        if (w < 16) ns = 0;
+        r = benv * 16 + (senv ? senv : benv == 2 ? 4 : 3);
     }
+    moe_params q = p;
+    if (lean) {
+        // NIBBLE_MOE_WG_LAB (timing only, wrong results): the lean loop without its weight copies
+        // (1: the multiplying warps alone) or without its multiplies (2: the copies alone).
+        const int lab = moe_wg_env_int("NIBBLE_MOE_WG_LAB", 0) & 7;
+        static int warned = 0;
+        if (lab && !warned++) NB_LOG_WARN("cuda", "moe: NIBBLE_MOE_WG_LAB=%d: timing only, results are wrong", lab);
+        q.pc_lab = lab;
+    }
+    for (int l = lean; l >= (r != 1 ? 1 : 0); l--)
+        for (size_t i = 0; i < sizeof moe_wg_variants / sizeof moe_wg_variants[0]; i++) {
+            const moe_wg_variant *v = &moe_wg_variants[i];
+            if (v->nw == nw && v->ns == ns && v->as == as && v->d == d && v->c == c && v->w == w && v->lean == l &&
+                v->b == (l ? r : 1))
+                return v->fn(l ? q : p, sms, st);
+        }
     return nb_error(NB_ERR_INVALID_ARG,
-                    "moe: no wgmma kernel built for %d-token tiles, remainder width %d, depth %d, %d chains, %d warps "
-                    "(NIBBLE_MOE_WG_N / _NS / _D / _C / _W / _N8)",
-                    nw, ns, d, c, w);
+                    "moe: no wgmma kernel built for %d-token tiles, remainder width %d, depth %d, %d chains, %d warps, "
+                    "ring %d (NIBBLE_MOE_WG_N / _NS / _D / _C / _W / _N8 / _B / _S)",
+                    nw, ns, d, c, w, r);
 }
