@@ -121,9 +121,8 @@ struct moe_params {
     // ids it routes itself, their number, the experts and the tokens per tile.
     int slots, experts, tile;
     const int32_t *ids;
-    // Lab switches (timing only, wrong results; 0 elsewhere): moe_wgpc.cu (NIBBLE_MOE_WG_PC_LAB)
-    // bit 0: the producer moves no codes/scales, bit 1: no token rows; moe_wgmma.cu's lean loop
-    // (NIBBLE_MOE_WG_LAB) bit 0: no code/scale copies, bit 1: no expansion or wgmma.
+    // moe_wgpc.cu lab switch (NIBBLE_MOE_WG_PC_LAB, timing only, wrong results; 0 elsewhere):
+    // bit 0: the producer moves no codes/scales, bit 1: no token rows.
     int pc_lab;
 };
 #define MOE_SMALL_SLOTS 64

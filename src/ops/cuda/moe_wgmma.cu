@@ -17,7 +17,9 @@
 //   tile width NW (the routing kernel cuts tiles of NW tokens, moe_wg_tile_tokens) and the
 //   instruction width: NW, or NS for tiles of at most NS tokens, or (NS = -1, the second
 //   session's kernel, 64-token tiles) the narrowest of 16/32/48/64 that covers the tile;
-//   D k-steps in flight per warp, C accumulator chains, W warps. Measured on an H200 (bench/
+//   D k-steps in flight per warp, C accumulator chains, W warps, and L: the lean slice loop
+//   (moe_wg_item_lean, the default since the sixth session) or the third session's
+//   (moe_wg_item, NIBBLE_MOE_WG_LEAN=0). Measured on an H200 (bench/
 //   RESULTS.md, issue 8, third session): the cost per k-step is ~200 cycles plus the
 //   tensor time, and what lowers it is more warps per scheduler (W 16: 2.87 -> 2.55 ms at
 //   1000 tokens), not deeper wgmma queues (D 4/8) or split accumulators (C 2), which
@@ -50,11 +52,7 @@
 
 // W warps per block: NB_MOE_WG_WARPS (8, two warpgroups) or 16 (four warpgroups, at most
 // 128 registers per thread, four warps per scheduler to hide the expansion's latencies).
-// r: the ring of a lean-loop variant, 1 (one block per SM, the default stages) or
-// 16 * blocks per SM + stages (NIBBLE_MOE_WG_B / _S).
-#define MOE_WG_RING(as, w, r)                                                                            \
-    ((r) != 1 ? (r) % 16 : (as) ? NB_MOE_WG_SS_STAGES : (w) > 8 ? NB_MOE_WG16_STAGES : NB_MOE_WG_STAGES)
-#define MOE_WG_BLOCKS(r) ((r) == 1 ? 1 : (r) / 16)
+#define MOE_WG_RING(as, w) ((as) ? NB_MOE_WG_SS_STAGES : (w) > 8 ? NB_MOE_WG16_STAGES : NB_MOE_WG_STAGES)
 #define MOE_WG_ABUF 32768  // one k-tile of expanded A: 2 warpgroups x (gate, up) x 64 rows x 128 B
 #define MOE_WG_SLICE 128                                  // k per ring stage (two k-tiles)
 #define MOE_WG_PERM_KTILES(w) ((w) * 64)                  // 64-wide k-tiles of x one permuting item rewrites
@@ -176,7 +174,7 @@ __device__ __forceinline__ void moe_wg_item(const moe_params &p, char *ring, cha
 {
 #if MOE_WG_ARCH
     static_assert(W == 8 || (W == 16 && !AS), "8 warps, or 16 on the register path");
-    constexpr int STAGES = MOE_WG_RING(AS, W, 1), AHEAD = STAGES - 2;
+    constexpr int STAGES = MOE_WG_RING(AS, W), AHEAD = STAGES - 2;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int pair = rb * W + warp;
@@ -350,7 +348,7 @@ struct moe_wg_plan {
 // Slice sl's copies into the stage at shared address st, then the plan's sources advance to
 // slice sl + 1 (scales: to the next k-group after its second slice).
 template <int N, int W, int TM>
-__device__ __forceinline__ void moe_wg_lean_stage(moe_wg_plan<TM> &pl, uint32_t st, bool scales, bool odd, int lab)
+__device__ __forceinline__ void moe_wg_lean_stage(moe_wg_plan<TM> &pl, uint32_t st, bool scales, bool odd)
 {
     constexpr bool PART = N * 16 % (W * 32) != 0;  // the last chunk round leaves threads idle
 #pragma unroll
@@ -359,24 +357,22 @@ __device__ __forceinline__ void moe_wg_lean_stage(moe_wg_plan<TM> &pl, uint32_t 
             cp_async16_sz(st + pl.tdst[m], pl.tsrc[m], pl.tsz[m]);
         pl.tsrc[m] += 256;
     }
-    if (!(lab & 1)) {
-        cp_async16_s(st + pl.cw, pl.pa);
-        cp_async16_s(st + pl.cw + 512, pl.pa + 512);
-        cp_async16_s(st + pl.cw + 1024, pl.pb);
-        cp_async16_s(st + pl.cw + 1536, pl.pb + 512);
-        if (scales) cp_async16_s(st + pl.cs, pl.ps);
-    }
+    cp_async16_s(st + pl.cw, pl.pa);
+    cp_async16_s(st + pl.cw + 512, pl.pa + 512);
+    cp_async16_s(st + pl.cw + 1024, pl.pb);
+    cp_async16_s(st + pl.cw + 1536, pl.pb + 512);
+    if (scales) cp_async16_s(st + pl.cs, pl.ps);
     pl.pa += 1024, pl.pb += 1024;
     if (odd) pl.ps += 256;
     cp_async_commit();
 }
 
-template <int N, bool DN, int W, int B>
+template <int N, bool DN, int W>
 __device__ __forceinline__ void moe_wg_item_lean(const moe_params &p, char *ring, const long long *row, int e,
                                                  int start, int cnt, int rb)
 {
 #if MOE_WG_ARCH
-    constexpr int STAGES = MOE_WG_RING(0, W, B), AHEAD = STAGES - 2, SB = MOE_WG_STAGE_BYTES(N, W);
+    constexpr int STAGES = MOE_WG_RING(0, W), AHEAD = STAGES - 2, SB = MOE_WG_STAGE_BYTES(N, W);
     constexpr int TM = (N * 16 + W * 32 - 1) / (W * 32);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int pair = rb * W + warp;
@@ -401,7 +397,6 @@ __device__ __forceinline__ void moe_wg_item_lean(const moe_params &p, char *ring
     pl.cw = (uint32_t)(MOE_WG_CODES_OFF(N) + warp * 2048 + lane * 16);
     pl.cs = (uint32_t)(MOE_WG_SCALES_OFF(N, W) + warp * 512 + lane * 16);
     const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(ring);
-    const int lab = p.pc_lab;  // NIBBLE_MOE_WG_LAB (timing only): 1 no weight copies, 2 no multiplies
 
     float da[N / 2], db[N / 2];
 #pragma unroll
@@ -411,7 +406,7 @@ __device__ __forceinline__ void moe_wg_item_lean(const moe_params &p, char *ring
 #pragma unroll
     for (int i = 0; i < AHEAD; i++) {
         if (i < slices)
-            moe_wg_lean_stage<N, W, TM>(pl, ring_s + i * SB, (i & 1) == 0, (i & 1) == 1, lab);
+            moe_wg_lean_stage<N, W, TM>(pl, ring_s + i * SB, (i & 1) == 0, (i & 1) == 1);
         else
             cp_async_commit();
     }
@@ -422,11 +417,11 @@ __device__ __forceinline__ void moe_wg_item_lean(const moe_params &p, char *ring
         for (int h = 0; h < 2; h++) {
             const int sl = sl0 + h;
             cp_async_wait<AHEAD - 1>();
-            if (!(lab & 4)) fence_proxy_async();
+            fence_proxy_async();
             __syncthreads();
             if (sl + AHEAD < slices)
                 moe_wg_lean_stage<N, W, TM>(pl, ring_s + ((sl + AHEAD) % STAGES) * SB, ((h + AHEAD) & 1) == 0,
-                                            ((h + AHEAD) & 1) == 1, lab);
+                                            ((h + AHEAD) & 1) == 1);
             else
                 cp_async_commit();
             const int sti = sl % STAGES;
@@ -435,7 +430,6 @@ __device__ __forceinline__ void moe_wg_item_lean(const moe_params &p, char *ring
                 sca = *(const uint2 *)(stg + MOE_WG_SCALES_OFF(N, W) + warp * 512 + lane * 8);
                 scb = *(const uint2 *)(stg + MOE_WG_SCALES_OFF(N, W) + warp * 512 + 256 + lane * 8);
             }
-            if (lab & 2) continue;
             const uint64_t d0 = wg_desc(ring_s + (uint32_t)(sti * SB));
             uint64_t dk[2][4];
 #pragma unroll
@@ -493,44 +487,43 @@ __device__ __forceinline__ void moe_wg_item_n8(const moe_params &p, char *ring, 
     moe_wg_item<N, DN, AS, D, C, W>(p, ring, abuf, row, tl.x, tl.y, tl.z, rb);
 }
 
+// One item at instruction width N: the lean loop (L = 1) or moe_wg_item's.
+template <int N, bool DN, int AS, int D, int C, int W, int L>
+__device__ __forceinline__ void moe_wg_item_at(const moe_params &p, char *ring, char *abuf, const long long *row,
+                                               int4 tl, int rb)
+{
+    if constexpr (L)
+        moe_wg_item_lean<N, DN, W>(p, ring, row, tl.x, tl.y, tl.z, rb);
+    else
+        moe_wg_item<N, DN, AS, D, C, W>(p, ring, abuf, row, tl.x, tl.y, tl.z, rb);
+}
+
 // Tile widths of one kernel instance: NS == -8: multiples of 8 (moe_wg_item_n8); NS == -1
 // (the second session's kernel): the narrowest of 16/32/48/64 that covers the tile; NS == 0: always NW (tiles are cut at NW); NS > 0:
 // NS for tiles of at most NS tokens (an expert's remainder), else NW. Each width is its own
 // inlined copy of the main loop, and ptxas allocates registers for all of them together:
 // with four widths it serializes the wgmmas (C7512) at any depth above 2.
-// One item at instruction width N: the lean loop (L = 1) or moe_wg_item's.
-template <int N, bool DN, int AS, int D, int C, int W, int L, int B>
-__device__ __forceinline__ void moe_wg_item_at(const moe_params &p, char *ring, char *abuf, const long long *row,
-                                               int4 tl, int rb)
-{
-    if constexpr (L)
-        moe_wg_item_lean<N, DN, W, B>(p, ring, row, tl.x, tl.y, tl.z, rb);
-    else
-        moe_wg_item<N, DN, AS, D, C, W>(p, ring, abuf, row, tl.x, tl.y, tl.z, rb);
-}
-
-template <bool DN, int AS, int NW, int NS, int D, int C, int W, int L, int B>
+template <bool DN, int AS, int NW, int NS, int D, int C, int W, int L>
 __device__ __forceinline__ void moe_wg_dispatch(const moe_params &p, char *ring, char *abuf, const long long *row,
                                                 int4 tl, int rb)
 {
     static_assert(!L || (AS == 0 && D == 2 && C == 1 && NS != -8), "the lean loop is the register path at D 2, C 1");
-    static_assert(B == 1 || L, "rings other than the default: the lean loop only");
     if constexpr (NS == -8) {
         moe_wg_item_n8<8, DN, AS, NW, D, C, W>(p, ring, abuf, row, tl, rb);
     } else if constexpr (NS < 0) {
         switch ((tl.z + 15) >> 4) {
-        case 1: moe_wg_item_at<16, DN, AS, D, C, W, L, B>(p, ring, abuf, row, tl, rb); break;
-        case 2: moe_wg_item_at<32, DN, AS, D, C, W, L, B>(p, ring, abuf, row, tl, rb); break;
-        case 3: moe_wg_item_at<48, DN, AS, D, C, W, L, B>(p, ring, abuf, row, tl, rb); break;
-        default: moe_wg_item_at<64, DN, AS, D, C, W, L, B>(p, ring, abuf, row, tl, rb); break;
+        case 1: moe_wg_item_at<16, DN, AS, D, C, W, L>(p, ring, abuf, row, tl, rb); break;
+        case 2: moe_wg_item_at<32, DN, AS, D, C, W, L>(p, ring, abuf, row, tl, rb); break;
+        case 3: moe_wg_item_at<48, DN, AS, D, C, W, L>(p, ring, abuf, row, tl, rb); break;
+        default: moe_wg_item_at<64, DN, AS, D, C, W, L>(p, ring, abuf, row, tl, rb); break;
         }
     } else if constexpr (NS > 0) {
         if (tl.z <= NS)
-            moe_wg_item_at<NS, DN, AS, D, C, W, L, B>(p, ring, abuf, row, tl, rb);
+            moe_wg_item_at<NS, DN, AS, D, C, W, L>(p, ring, abuf, row, tl, rb);
         else
-            moe_wg_item_at<NW, DN, AS, D, C, W, L, B>(p, ring, abuf, row, tl, rb);
+            moe_wg_item_at<NW, DN, AS, D, C, W, L>(p, ring, abuf, row, tl, rb);
     } else {
-        moe_wg_item_at<NW, DN, AS, D, C, W, L, B>(p, ring, abuf, row, tl, rb);
+        moe_wg_item_at<NW, DN, AS, D, C, W, L>(p, ring, abuf, row, tl, rb);
     }
 }
 
@@ -540,8 +533,8 @@ __device__ __forceinline__ void moe_wg_dispatch(const moe_params &p, char *ring,
 // gate_up items wait for all zeroing and permuting items; a down item of tile i also for
 // tile i's gate_up items. The deadlock argument of moe_ffn_kernel holds unchanged (items
 // are taken in order; a block holds its current item and one later one).
-template <int NMAX, int NS, int AS, int D, int C, int W, int L, int B>
-__global__ void __launch_bounds__(W * 32, MOE_WG_BLOCKS(B)) moe_wg_kernel(moe_params p)
+template <int NMAX, int NS, int AS, int D, int C, int W, int L>
+__global__ void __launch_bounds__(W * 32, 1) moe_wg_kernel(moe_params p)
 {
     extern __shared__ uint4 moe_wg_smem[];
     __shared__ int s_item[2];
@@ -596,9 +589,9 @@ __global__ void __launch_bounds__(W * 32, MOE_WG_BLOCKS(B)) moe_wg_kernel(moe_pa
         }
         __syncthreads();
         if (dn) {
-            moe_wg_dispatch<true, AS, NMAX, NS, D, C, W, L, B>(p, ring, abuf, s_row, tl, rb);
+            moe_wg_dispatch<true, AS, NMAX, NS, D, C, W, L>(p, ring, abuf, s_row, tl, rb);
         } else {
-            moe_wg_dispatch<false, AS, NMAX, NS, D, C, W, L, B>(p, ring, abuf, s_row, tl, rb);
+            moe_wg_dispatch<false, AS, NMAX, NS, D, C, W, L>(p, ring, abuf, s_row, tl, rb);
             if (threadIdx.x == 0) add_release(p.done + ti, 1);
         }
     }
@@ -611,13 +604,13 @@ size_t moe_wg_dyn_smem(int nmax, int a_smem) { return nb_moe_wg_smem_bytes(nmax,
 // Dynamic shared memory of a block of w warps (the ring, the expanded-A buffers, 1 KB of
 // alignment slack); what moe.h's nb_moe_wg_smem_total / nb_moe_wg16_smem_total (nibble
 // plan-tiles) count, less the static row offsets and item slots.
-static size_t moe_wg_dyn_smem_w(int nmax, int a_smem, int w, int b)
+static size_t moe_wg_dyn_smem_w(int nmax, int a_smem, int w)
 {
     const size_t stage = (size_t)MOE_WG_STAGE_BYTES(nmax, w);
-    return (size_t)MOE_WG_RING(a_smem, w, b) * stage + (a_smem ? 2u * MOE_WG_ABUF : 0u) + 1024u;
+    return (size_t)MOE_WG_RING(a_smem, w) * stage + (a_smem ? 2u * MOE_WG_ABUF : 0u) + 1024u;
 }
 
-template <int NMAX, int NS, int AS, int D, int C, int W, int L, int B>
+template <int NMAX, int NS, int AS, int D, int C, int W, int L>
 static nb_status moe_launch_wg_t(const moe_params &p, int sms, cudaStream_t st)
 {
     static int per_sm = 0, optin = 0, major = 0, minor = 0;
@@ -634,19 +627,18 @@ static nb_status moe_launch_wg_t(const moe_params &p, int sms, cudaStream_t st)
     if ((p.inter / 16) % W || (p.hidden / 32) % W)
         return nb_error(NB_ERR_UNSUPPORTED, "moe: wgmma kernel of %d warps needs inter %% %d == 0 and hidden %% %d == 0 "
                         "(inter %d, hidden %d)", W, 16 * W, 32 * W, p.inter, p.hidden);
-    const size_t dyn = moe_wg_dyn_smem_w(NMAX, AS, W, B);
+    const size_t dyn = moe_wg_dyn_smem_w(NMAX, AS, W);
     const size_t smem = dyn + sizeof(long long) * NMAX + 2 * sizeof(int);  // + s_row + s_item
-    NB_ASSERT(B != 1 || smem == (W == 16 ? nb_moe_wg16_smem_total(NMAX) : nb_moe_wg_smem_total(NMAX, AS)));
+    NB_ASSERT(smem == (W == 16 ? nb_moe_wg16_smem_total(NMAX) : nb_moe_wg_smem_total(NMAX, AS)));
     if (smem > (size_t)optin)
         return nb_error(NB_ERR_UNSUPPORTED,
                         "moe: wgmma kernel with %d-token tiles and %d warps needs %zu bytes of shared memory, the "
                         "device allows %d per block",
                         NMAX, W, smem, optin);
     if (!per_sm) {
-        NB_CUDA_TRY(cudaFuncSetAttribute(moe_wg_kernel<NMAX, NS, AS, D, C, W, L, B>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn));
-        NB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_wg_kernel<NMAX, NS, AS, D, C, W, L, B>, W * 32, dyn));
+        NB_CUDA_TRY(cudaFuncSetAttribute(moe_wg_kernel<NMAX, NS, AS, D, C, W, L>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn));
+        NB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_wg_kernel<NMAX, NS, AS, D, C, W, L>, W * 32, dyn));
         if (per_sm < 1) return nb_error(NB_ERR_CUDA, "moe: wgmma kernel<%d> cannot be resident", NMAX);
-        if (per_sm > MOE_WG_BLOCKS(B)) per_sm = MOE_WG_BLOCKS(B);  // the blocks its ring was sized for
     }
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)(sms * per_sm));
@@ -658,7 +650,7 @@ static nb_status moe_launch_wg_t(const moe_params &p, int sms, cudaStream_t st)
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = 1;
-    NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, moe_wg_kernel<NMAX, NS, AS, D, C, W, L, B>, p));
+    NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, moe_wg_kernel<NMAX, NS, AS, D, C, W, L>, p));
     return NB_OK;
 }
 
@@ -668,12 +660,11 @@ static nb_status moe_launch_wg_t(const moe_params &p, int sms, cudaStream_t st)
 // accumulator chains C. Which one a step runs: moe_wg_pick.
 typedef nb_status (*moe_wg_launch_fn)(const moe_params &, int, cudaStream_t);
 struct moe_wg_variant {
-    int nw, ns, as, d, c, w, lean, b;
+    int nw, ns, as, d, c, w, lean;
     moe_wg_launch_fn fn;
 };
-#define MOE_WG_V(NW, NS, AS, D, C, W) {NW, NS, AS, D, C, W, 0, 1, moe_launch_wg_t<NW, NS, AS, D, C, W, 0, 1>}
-#define MOE_WG_VL(NW, NS, W) {NW, NS, 0, 2, 1, W, 1, 1, moe_launch_wg_t<NW, NS, 0, 2, 1, W, 1, 1>}
-#define MOE_WG_VLR(NW, W, R) {NW, 0, 0, 2, 1, W, 1, R, moe_launch_wg_t<NW, 0, 0, 2, 1, W, 1, R>}
+#define MOE_WG_V(NW, NS, AS, D, C, W) {NW, NS, AS, D, C, W, 0, moe_launch_wg_t<NW, NS, AS, D, C, W, 0>}
+#define MOE_WG_VL(NW, NS, W) {NW, NS, 0, 2, 1, W, 1, moe_launch_wg_t<NW, NS, 0, 2, 1, W, 1>}
 static const moe_wg_variant moe_wg_variants[] = {
     MOE_WG_V(64, -1, 0, 2, 1, 8),  MOE_WG_V(64, -1, 1, 2, 1, 8),  // old: registers / shared-memory A
     MOE_WG_V(16, 0, 0, 2, 1, 8),   MOE_WG_V(32, 0, 0, 2, 1, 8),   MOE_WG_V(48, 0, 0, 2, 1, 8),
@@ -691,10 +682,6 @@ static const moe_wg_variant moe_wg_variants[] = {
     MOE_WG_VL(16, 0, 16),  MOE_WG_VL(32, 16, 16), MOE_WG_VL(48, 32, 16), MOE_WG_VL(32, 0, 16),
     MOE_WG_VL(48, 0, 16),  MOE_WG_VL(64, -1, 8),  MOE_WG_VL(16, 0, 8),   MOE_WG_VL(32, 0, 8),
     MOE_WG_VL(48, 0, 8),
-    // Lab rings (NIBBLE_MOE_WG_B blocks per SM of NIBBLE_MOE_WG_W warps, NIBBLE_MOE_WG_S stages):
-    // 2 x 8 warps, 4 x / 3 x 4 warps, 16 warps with 5 stages.
-    MOE_WG_VLR(16, 8, 36), MOE_WG_VLR(32, 8, 35), MOE_WG_VLR(48, 8, 35), MOE_WG_VLR(16, 4, 67),
-    MOE_WG_VLR(16, 4, 52), MOE_WG_VLR(32, 4, 51), MOE_WG_VLR(16, 16, 21),
 };
 
 static int moe_wg_env_int(const char *name, int dflt)
@@ -765,32 +752,14 @@ nb_status moe_launch_wg(const moe_params &p, int nmax, int sms, cudaStream_t st)
     // The lean loop wherever it is built (every default), unless NIBBLE_MOE_WG_LEAN=0 or the
     // second session's kernel is asked for.
     const int lean = !moe_wg_old(&as) && moe_wg_env_int("NIBBLE_MOE_WG_LEAN", 1) != 0;
-    // NIBBLE_MOE_WG_B=2: two 8-warp blocks per SM (lean loop, 16-token tiles).
-    const int benv = moe_wg_env_int("NIBBLE_MOE_WG_B", 1), senv = moe_wg_env_int("NIBBLE_MOE_WG_S", 0);
-    int r = 1;
-    if (lean && (benv > 1 || senv > 0)) {
-        if (benv > 1 && !getenv("NIBBLE_MOE_WG_W")) w = benv == 2 ? 8 : 4;
-        if (w < 16) ns = 0;
-        r = benv * 16 + (senv ? senv : benv == 2 ? 4 : 3);
-    }
-    moe_params q = p;
-    if (lean) {
-        // NIBBLE_MOE_WG_LAB (timing only, wrong results): the lean loop without its weight copies
-        // (1: the multiplying warps alone) or without its multiplies (2: the copies alone).
-        const int lab = moe_wg_env_int("NIBBLE_MOE_WG_LAB", 0) & 7;
-        static int warned = 0;
-        if (lab && !warned++) NB_LOG_WARN("cuda", "moe: NIBBLE_MOE_WG_LAB=%d: timing only, results are wrong", lab);
-        q.pc_lab = lab;
-    }
-    for (int l = lean; l >= (r != 1 ? 1 : 0); l--)
+    for (int l = lean; l >= 0; l--)
         for (size_t i = 0; i < sizeof moe_wg_variants / sizeof moe_wg_variants[0]; i++) {
             const moe_wg_variant *v = &moe_wg_variants[i];
-            if (v->nw == nw && v->ns == ns && v->as == as && v->d == d && v->c == c && v->w == w && v->lean == l &&
-                v->b == (l ? r : 1))
-                return v->fn(l ? q : p, sms, st);
+            if (v->nw == nw && v->ns == ns && v->as == as && v->d == d && v->c == c && v->w == w && v->lean == l)
+                return v->fn(p, sms, st);
         }
     return nb_error(NB_ERR_INVALID_ARG,
-                    "moe: no wgmma kernel built for %d-token tiles, remainder width %d, depth %d, %d chains, %d warps, "
-                    "ring %d (NIBBLE_MOE_WG_N / _NS / _D / _C / _W / _N8 / _B / _S)",
-                    nw, ns, d, c, w, r);
+                    "moe: no wgmma kernel built for %d-token tiles, remainder width %d, depth %d, %d chains, %d warps "
+                    "(NIBBLE_MOE_WG_N / _NS / _D / _C / _W / _N8)",
+                    nw, ns, d, c, w);
 }
