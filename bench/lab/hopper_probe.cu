@@ -254,16 +254,7 @@ __device__ __forceinline__ void mbar_expect_tx(uint32_t a, uint32_t tx)
 {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(a), "r"(tx) : "memory");
 }
-__device__ __forceinline__ void mbar_wait(uint32_t a, uint32_t parity)
-{
-    uint32_t ok;
-    do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(ok)
-                     : "r"(a), "r"(parity)
-                     : "memory");
-    } while (!ok);
-}
+
 __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t mbar)
 {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
@@ -287,7 +278,7 @@ __global__ void __launch_bounds__((BULK_CW + 1) * 32) k_bulk(const char *__restr
     if (warp == BULK_CW) {
         if (lane == 0) {
             for (int i = 0, slot = 0, ph = 0; i < stages; i++) {
-                if (i >= ns) mbar_wait(empty + 8 * slot, ph ^ 1);  // round i / ns - 1 consumed
+                if (i >= ns) wg_mbar_wait(empty + 8 * slot, ph ^ 1);  // round i / ns - 1 consumed
                 mbar_expect_tx(full + 8 * slot, (uint32_t)bytes);
                 bulk_g2s(ring + (uint32_t)(slot * bytes), blk + (size_t)i * bytes, (uint32_t)bytes, full + 8 * slot);
                 if (++slot == ns) slot = 0, ph ^= 1;
@@ -296,7 +287,7 @@ __global__ void __launch_bounds__((BULK_CW + 1) * 32) k_bulk(const char *__restr
     } else {
         const int per = bytes / 16 / (BULK_CW * 32);
         for (int i = 0, slot = 0, ph = 0; i < stages; i++) {
-            mbar_wait(full + 8 * slot, ph);
+            wg_mbar_wait(full + 8 * slot, ph);
             const uint4 *st = (const uint4 *)(bulk_smem + 128 + (size_t)slot * bytes);
             for (int j = 0; j < per; j++) acc ^= fold(st[j * BULK_CW * 32 + threadIdx.x]);
             __syncwarp();

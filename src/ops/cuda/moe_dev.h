@@ -131,11 +131,19 @@ struct moe_params {
 #define MOE_ZERO_CHUNK (MOE_THREADS * 4 * 8)
 
 
+// 16 bytes global -> shared (address in the shared window) by cp.async, of which `bytes` (16 or
+// 0) are read and the rest zero-filled; cp_async16_s: all 16, no fill.
+__device__ __forceinline__ void cp_async16_sz(uint32_t s, const void *gmem, uint32_t bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async16_s(uint32_t s, const void *gmem)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid)
 {
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0)
-                 : "memory");
+    cp_async16_sz((uint32_t)__cvta_generic_to_shared(smem), gmem, valid ? 16u : 0u);
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>

@@ -123,46 +123,6 @@ __device__ __forceinline__ void moe_wg_stage(char *buf, const uint16_t *base, co
     cp_async_commit();
 }
 
-// The item's results: gate_up writes SiLU(gate) * up of its rows into act (in wgmma K order),
-// down adds its rows, times the routing weight, into out. D fragment of warp w: n8 block j,
-// i = 0..3 -> row g + 8 (i >> 1), token 8j + 2t + (i & 1) (mma.sync's C layout per n8 block),
-// rows of this warp's own 16-row tiles.
-template <int N, bool DN>
-__device__ __forceinline__ void moe_wg_epilogue(const moe_params &p, const float (&da)[N / 2], const float (&db)[N / 2],
-                                                int e, int start, int cnt, int pair)
-{
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    if (!DN) {
-        const float fg = MOE_ACC_FIX * p.g13[2 * e], fu = MOE_ACC_FIX * p.g13[2 * e + 1];
-#pragma unroll
-        for (int j = 0; j < N / 8; j++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int col = j * 8 + 2 * t + (i & 1), r = pair * 16 + g + (i >> 1) * 8;
-                if (col < cnt) {
-                    const float gv = da[4 * j + i] * fg, uv = db[4 * j + i] * fu;
-                    const float a = gv / (1.0f + __expf(-gv)) * uv;
-                    p.act[(size_t)(start + col) * p.inter + (r & ~63) + wg_pos64(r & 63)] = f32_to_bf16_rn(a);
-                }
-            }
-    } else {
-        const float f = MOE_ACC_FIX * p.g2[e];
-#pragma unroll
-        for (int j = 0; j < N / 8; j++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int col = j * 8 + 2 * t + (i & 1), r = 2 * pair * 16 + g + (i >> 1) * 8;
-                if (col < cnt) {
-                    const int slot = p.sorted[start + col];
-                    const float rw = (p.route_w ? p.route_w[slot] : 1.0f) * f;
-                    float *o = p.out + (size_t)(slot / p.topk) * p.hidden + r;
-                    atomicAdd(o, da[4 * j + i] * rw);
-                    atomicAdd(o + 16, db[4 * j + i] * rw);
-                }
-            }
-    }
-}
-
 // One item on a tile of cnt <= N tokens: 8 pairs of 16-row tiles (one per warp; warps 0-3
 // and 4-7 are the two warpgroups, each issuing its own wgmmas on the shared token stage)
 // times the whole K.
@@ -322,19 +282,6 @@ __device__ __forceinline__ void moe_wg_item(const moe_params &p, char *ring, cha
 //     loop copied the whole k-group's 512 bytes again for the second slice);
 //   - two slices per loop trip, so the k-group half and the scale word are compile-time.
 // The ring, its stage layout and the wgmma sequence are moe_wg_item's.
-__device__ __forceinline__ void cp_async16_s(uint32_t s, const void *g)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(g) : "memory");
-}
-__device__ __forceinline__ void cp_async16_sz(uint32_t s, const void *g, uint32_t bytes)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(g), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ uint64_t wg_desc_add(uint64_t d, uint32_t units)
-{
-    return (d & 0xFFFFFFFF00000000ull) | (uint32_t)((uint32_t)d + units);
-}
-
 // Per-thread copy plan of one item: TM token chunks (source, swizzled offset, 16 or 0 bytes),
 // this lane's code and scale sources and their offsets in a stage.
 template <int TM>

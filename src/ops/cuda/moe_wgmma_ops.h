@@ -5,13 +5,16 @@
 // Written out per N because the accumulator list is part of the instruction; the pattern
 // is the same for every N: N/2 accumulators "+f", then the A registers or descriptor, B's
 // descriptor and the scale-d flag (always 1 here: the caller zeroes D first). Also the
-// fence / commit / wait plumbing and the swizzled operand descriptor, shared with the
-// producer/consumer kernel (moe_wgpc.cu). Device code: include from .cu files only.
+// fence / commit / wait plumbing, the swizzled operand descriptor, an mbarrier wait and the
+// items' epilogue, shared with the producer/consumer kernel (moe_wgpc.cu) and the probe
+// (bench/lab/hopper_probe.cu). Device code: include from .cu files only.
 // Exercised by tests/cuda_moe/test_moe.c (kernel "wgmma", moe_wgmma_variants, moe_wgpc).
 #ifndef NB_OPS_CUDA_MOE_WGMMA_OPS_H
 #define NB_OPS_CUDA_MOE_WGMMA_OPS_H
 
 #include <stdint.h>
+
+#include "ops/cuda/moe_dev.h"
 
 // ---- wgmma plumbing shared by moe_wgmma.cu and moe_wgpc.cu ----------------------------------
 
@@ -36,6 +39,26 @@ __device__ __forceinline__ uint64_t wg_desc(uint32_t saddr)
 {
     return (uint64_t)((saddr & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
            ((uint64_t)1 << 62);
+}
+
+// The descriptor d moved by `units` 16-byte units along its start address (the low word: the
+// 14-bit address field cannot carry into the rest while shared addresses stay below 256 KB).
+__device__ __forceinline__ uint64_t wg_desc_add(uint64_t d, uint32_t units)
+{
+    return (d & 0xFFFFFFFF00000000ull) | (uint32_t)((uint32_t)d + units);
+}
+
+// Waits until the mbarrier at shared address a has completed the phase of parity `parity`
+// (acquire, CTA scope).
+__device__ __forceinline__ void wg_mbar_wait(uint32_t a, uint32_t parity)
+{
+    uint32_t ok;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(ok)
+                     : "r"(a), "r"(parity)
+                     : "memory");
+    } while (!ok);
 }
 
 // Position of real k (0..63 inside a k-tile) in wgmma order.
@@ -283,4 +306,47 @@ struct moe_wg_mma_ss<64> {
                      : "l"(adesc), "l"(bdesc), "r"(1));
     }
 };
+
+// ---- the epilogue shared by moe_wgmma.cu's loops and moe_wgpc.cu's consumers --------------
+
+// The item's results: gate_up writes SiLU(gate) * up of its rows into act (in wgmma K order),
+// down adds its rows, times the routing weight, into out. D fragment of warp w: n8 block j,
+// i = 0..3 -> row g + 8 (i >> 1), token 8j + 2t + (i & 1) (mma.sync's C layout per n8 block),
+// rows of this warp's own 16-row tiles.
+template <int N, bool DN>
+__device__ __forceinline__ void moe_wg_epilogue(const moe_params &p, const float (&da)[N / 2], const float (&db)[N / 2],
+                                                int e, int start, int cnt, int pair)
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    if (!DN) {
+        const float fg = MOE_ACC_FIX * p.g13[2 * e], fu = MOE_ACC_FIX * p.g13[2 * e + 1];
+#pragma unroll
+        for (int j = 0; j < N / 8; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int col = j * 8 + 2 * t + (i & 1), r = pair * 16 + g + (i >> 1) * 8;
+                if (col < cnt) {
+                    const float gv = da[4 * j + i] * fg, uv = db[4 * j + i] * fu;
+                    const float a = gv / (1.0f + __expf(-gv)) * uv;
+                    p.act[(size_t)(start + col) * p.inter + (r & ~63) + wg_pos64(r & 63)] = f32_to_bf16_rn(a);
+                }
+            }
+    } else {
+        const float f = MOE_ACC_FIX * p.g2[e];
+#pragma unroll
+        for (int j = 0; j < N / 8; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int col = j * 8 + 2 * t + (i & 1), r = 2 * pair * 16 + g + (i >> 1) * 8;
+                if (col < cnt) {
+                    const int slot = p.sorted[start + col];
+                    const float rw = (p.route_w ? p.route_w[slot] : 1.0f) * f;
+                    float *o = p.out + (size_t)(slot / p.topk) * p.hidden + r;
+                    atomicAdd(o, da[4 * j + i] * rw);
+                    atomicAdd(o + 16, db[4 * j + i] * rw);
+                }
+            }
+    }
+}
+
 #endif

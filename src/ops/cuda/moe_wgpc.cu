@@ -71,17 +71,7 @@ __device__ __forceinline__ void pc_bar_init(uint64_t *b, int count)
 }
 
 // Returns once the phase of parity `parity` has completed (acquire, CTA scope).
-__device__ __forceinline__ void pc_bar_wait(uint64_t *b, uint32_t parity)
-{
-    const uint32_t a = pc_saddr(b);
-    uint32_t ok;
-    do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(ok)
-                     : "r"(a), "r"(parity)
-                     : "memory");
-    } while (!ok);
-}
+__device__ __forceinline__ void pc_bar_wait(uint64_t *b, uint32_t parity) { wg_mbar_wait(pc_saddr(b), parity); }
 
 __device__ __forceinline__ void pc_bar_arrive(uint64_t *b)
 {
@@ -288,7 +278,6 @@ __device__ __forceinline__ void pc_item(const moe_params &p, char *ring, uint64_
 {
 #if PC_ARCH
     const int lane = threadIdx.x & 31, cw = threadIdx.x >> 5;
-    const int g = lane >> 2, t = lane & 3;
     const int e = m0.y, start = m0.z, tcnt = m0.w, pair = m1.x * PC_CW + cw;
     const int slices = (DN ? p.inter : p.hidden) / 128;
     const uint32_t ring_s = pc_saddr(ring);
@@ -342,36 +331,7 @@ __device__ __forceinline__ void pc_item(const moe_params &p, char *ring, uint64_
 #pragma unroll
     for (int i = 0; i < N / 2; i++) wg_pin(da[i]), wg_pin(db[i]);
 
-    // D fragment: n8 block j, i = 0..3 -> row g + 8 (i >> 1), token 8j + 2t + (i & 1).
-    if (!DN) {
-        const float fg = MOE_ACC_FIX * p.g13[2 * e], fu = MOE_ACC_FIX * p.g13[2 * e + 1];
-#pragma unroll
-        for (int j = 0; j < N / 8; j++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int col = j * 8 + 2 * t + (i & 1), r = pair * 16 + g + (i >> 1) * 8;
-                if (col < tcnt) {
-                    const float gv = da[4 * j + i] * fg, uv = db[4 * j + i] * fu;
-                    const float a = gv / (1.0f + __expf(-gv)) * uv;
-                    p.act[(size_t)(start + col) * p.inter + (r & ~63) + wg_pos64(r & 63)] = f32_to_bf16_rn(a);
-                }
-            }
-    } else {
-        const float f = MOE_ACC_FIX * p.g2[e];
-#pragma unroll
-        for (int j = 0; j < N / 8; j++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int col = j * 8 + 2 * t + (i & 1), r = 2 * pair * 16 + g + (i >> 1) * 8;
-                if (col < tcnt) {
-                    const int slot = p.sorted[start + col];
-                    const float rw = (p.route_w ? p.route_w[slot] : 1.0f) * f;
-                    float *o = p.out + (size_t)(slot / p.topk) * p.hidden + r;
-                    atomicAdd(o, da[4 * j + i] * rw);
-                    atomicAdd(o + 16, db[4 * j + i] * rw);
-                }
-            }
-    }
+    moe_wg_epilogue<N, DN>(p, da, db, e, start, tcnt, pair);
 #else
     __trap();  // launched only on sm_90 devices of an sm_90a build
 #endif
