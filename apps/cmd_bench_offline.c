@@ -13,7 +13,7 @@
  *   nibble bench-offline --model synthetic:glm5-tiny --num-prompts 64 --input-len 128
  *                        --output-len 32 [--json FILE] [--no-floor] [engine flags]
  * --profile-ops N profiles N decode-only steps of each level (after skipping its first
- * BO_PROFILE_SKIP) op by op (ops/profile.h; those steps run eagerly, without CUDA graphs) and
+ * BO_PROFILE_SKIP, or --profile-skip N) op by op (ops/profile.h; those steps run eagerly, without CUDA graphs) and
  * prints where their time went (docs/bench.md "Per-op profile").
  * Results are recorded in bench/RESULTS.md. */
 #include <math.h>
@@ -38,8 +38,11 @@
 const char nb_cmd_bench_offline_summary[] = "offline throughput: N requests at once through the engine (SGLang's definitions)";
 
 #define BO_MAX_LEVELS 16
-/* decode-only steps of a level left alone before --profile-ops starts (first-use costs) */
+/* decode-only steps of a level left alone before --profile-ops starts (first-use costs);
+ * --profile-skip N changes it (profile a steady batch: every step of a new token count pays
+ * cuBLASLt's first use of that count's bucket) */
 #define BO_PROFILE_SKIP 2
+static int bo_profile_skip = BO_PROFILE_SKIP;
 
 /* ------------------------------------------------------------------ the floor */
 
@@ -222,13 +225,15 @@ static int usage(FILE *f)
     fprintf(f,
             "usage: nibble bench-offline --model M [--num-prompts N|N1,N2,.. (1000)] [--input-len I (1024)]\n"
             "                            [--output-len O (1024)] [--seed S] [--warmup N (0)] [--json FILE]\n"
-            "                            [--no-floor | --ceilings GBPS,TFLOPS] [--profile-ops N] [engine flags]\n"
+            "                            [--no-floor | --ceilings GBPS,TFLOPS] [--profile-ops N]\n"
+            "                            [--profile-skip N (2)] [engine flags]\n"
             "(--random-input-len / --random-output-len are accepted as SGLang spells them)\n"
             "A list of prompt counts runs one level per count on one loaded model. On --backend cuda\n"
             "each decode step is set against its floor (docs/bench.md); --no-floor skips that;\n"
             "--ceilings gives the bandwidth and BF16 rate instead of measuring them (any backend).\n"
             "--profile-ops N: time every op of N decode-only steps per level (eagerly, no CUDA graphs)\n"
-            "and print where the step's time goes (docs/bench.md).\n\n%s",
+            "and print where the step's time goes (docs/bench.md), after skipping the level's first\n"
+            "--profile-skip decode-only steps.\n\n%s",
             nb_cli_engine_usage);
     return f == stdout ? 0 : 2;
 }
@@ -275,7 +280,7 @@ static void print_profile(const nb_op_prof *p, double bw)
     }
     const double n = p->steps, wall = p->wall_ms / n, ops = p->op_ms / n;
     printf("Per-op profile: %d decode-only steps (skipped the first %d), mean batch %.1f\n", p->steps,
-           BO_PROFILE_SKIP, p->tokens / n);
+           bo_profile_skip, p->tokens / n);
     printf("  step wall %.3f ms, ops %.3f ms (%.1f%%), gap %.3f ms (host work, launches, device idle)\n", wall, ops,
            wall > 0 ? 100.0 * ops / wall : 0.0, wall - ops);
     printf("  %-14s %-52s %7s %9s %6s %10s %8s %7s\n", "op", "detail", "calls", "ms/step", "%step", "MB/step",
@@ -308,7 +313,7 @@ static void write_json_profile(FILE *f, const nb_op_prof *p, double bw)
     const double n = p->steps ? p->steps : 1;
     fprintf(f, ", \"profile\": {\"steps\": %d, \"skipped\": %d, \"mean_batch\": %.2f, \"wall_ms\": %.4f, "
                "\"op_ms\": %.4f, \"gap_ms\": %.4f, \"ops\": [",
-            p->steps, BO_PROFILE_SKIP, p->tokens / n, p->wall_ms / n, p->op_ms / n, (p->wall_ms - p->op_ms) / n);
+            p->steps, bo_profile_skip, p->tokens / n, p->wall_ms / n, p->op_ms / n, (p->wall_ms - p->op_ms) / n);
     for (int i = 0; i < p->n_rows; i++) {
         const nb_op_prof_row *r = &p->rows[i];
         fprintf(f, "%s\n    {\"op\": ", i ? "," : "");
@@ -364,7 +369,7 @@ static int run_level(nb_engine *e, const nb_engine_info *info, const bo_floor_mo
         fflush(stdout);
     }
     nb_engine_trace(e, trace, trace_cap);
-    if (profile_n > 0) nb_ops_profile_request(BO_PROFILE_SKIP, profile_n, &L->prof);
+    if (profile_n > 0) nb_ops_profile_request(bo_profile_skip, profile_n, &L->prof);
     /* Hold the step loop while submitting, so every request arrives at once (as SGLang's
      * offline benchmark hands its engine the whole batch), not one per step. */
     nb_engine_test_gate(e, 1);
@@ -606,6 +611,7 @@ int nb_cmd_bench_offline(int argc, char **argv)
         else if (!strcmp(a, "--seed")) bad = nb_cli_int(a, v, 0, 1 << 30, &seed);
         else if (!strcmp(a, "--warmup")) bad = nb_cli_int(a, v, 0, 1 << 20, &warmup);
         else if (!strcmp(a, "--profile-ops")) bad = nb_cli_int(a, v, 1, 1 << 20, &profile_n);
+        else if (!strcmp(a, "--profile-skip")) bad = nb_cli_int(a, v, 0, 1 << 20, &bo_profile_skip);
         else if (!strcmp(a, "--json")) json = v;
         else if (!strcmp(a, "--ceilings")) {
             if (sscanf(v, "%lf,%lf", &ceil_copy, &ceil_bf16) != 2 || !(ceil_copy > 0) || !(ceil_bf16 > 0)) {

@@ -18,7 +18,9 @@ for c in /usr/local/cuda/bin/cuobjdump /root/.pyenv/versions/*/lib/python3*/site
   [ -n "$CUOBJDUMP" ] && break
   [ -x "$c" ] && CUOBJDUMP=$c
 done
-[ -n "$CUOBJDUMP" ] || { echo "sass-loop: cuobjdump not found (CUDA toolkit bin/ or the nvidia-cuda pip wheel)" >&2; exit 1; }
+[ -n "$CUOBJDUMP" ] || { echo "sass-loop: cuobjdump not found (CUDA toolkit bin/, or pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)" >&2; exit 1; }
+# cuobjdump -sass runs nvdisasm, which the pip wheels install beside it
+PATH="$PATH:$(dirname "$CUOBJDUMP")"
 if [ $# -lt 2 ]; then
   "$CUOBJDUMP" -sass "$OBJ" | sed -n 's/^[[:space:]]*Function : //p'
   exit 0

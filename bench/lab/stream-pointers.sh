@@ -23,7 +23,7 @@ case "${1:-}" in
     rc=0
     build-sl/patched/test_cuda_moe moe_s >"$OUT/test-s.log" 2>&1 || rc=1
     build-sl/patched/test_cuda_moe moe_glm5_shape >"$OUT/test-glm5.log" 2>&1 || rc=1
-    tail -1 "$OUT/test-s.log" "$OUT/test-glm5.log"
+    tail -n 1 "$OUT/test-s.log" "$OUT/test-glm5.log"
     for b in tree patched tree patched; do
       build-sl/$b/nibble bench-moe --tokens 1,2,10,64 --iters 100 2>&1 | grep -E "^ +[0-9]" | sed "s/\$/  $b/" |
         tee -a "$OUT/bench.log"

@@ -241,16 +241,26 @@ static void test_moe_glm5_shape(void)
 /* The stream kernel's switches (nb_moe_stream_set): the first sessions' path, the small-step
  * kernel (routes for itself; at most 64 slots, larger steps fall back to the counter-driven
  * kernel) at 8- and 16-token tiles, the counter-driven kernel with the shuffle-scan routing at
- * forced 8- and 16-token tiles. */
+ * forced 8- and 16-token tiles, all on the default k-group loop (2: lanes past the tile read
+ * its first row instead of zeros, so a column the epilogue should not store would show); then
+ * the last four on loops 0 and 1 (NIBBLE_MOE_STREAM_LOOP). */
 static const struct {
-    int small, nt, fast_route;
+    int small, nt, fast_route, loop;
     const char *name;
 } stream_cfgs[] = {
-    {0, 0, 0, "v1"},
-    {1, 0, 1, "small-step kernel"},
-    {1, 2, 1, "small-step kernel, 16-token tiles"},
-    {0, 1, 1, "8-token tiles"},
-    {0, 2, 1, "16-token tiles"},
+    {0, 0, 0, NB_MOE_STREAM_LOOP_DEFAULT, "v1"},
+    {1, 0, 1, NB_MOE_STREAM_LOOP_DEFAULT, "small-step kernel"},
+    {1, 2, 1, NB_MOE_STREAM_LOOP_DEFAULT, "small-step kernel, 16-token tiles"},
+    {0, 1, 1, NB_MOE_STREAM_LOOP_DEFAULT, "8-token tiles"},
+    {0, 2, 1, NB_MOE_STREAM_LOOP_DEFAULT, "16-token tiles"},
+    {1, 0, 1, 0, "small-step kernel, k-group loop 0 (NIBBLE_MOE_STREAM_LOOP=0)"},
+    {1, 2, 1, 0, "small-step kernel, 16-token tiles, loop 0"},
+    {0, 1, 1, 0, "8-token tiles, loop 0"},
+    {0, 2, 1, 0, "16-token tiles, loop 0"},
+    {1, 0, 1, 1, "small-step kernel, k-group loop 1"},
+    {1, 2, 1, 1, "small-step kernel, 16-token tiles, loop 1"},
+    {0, 1, 1, 1, "8-token tiles, loop 1"},
+    {0, 2, 1, 1, "16-token tiles, loop 1"},
 };
 
 static void test_moe_stream_variants(void)
@@ -262,7 +272,7 @@ static void test_moe_stream_variants(void)
     NB_CHECK(experts_make(&big, 4, 6144, 2048) == 0);
     for (size_t c = 0; c < NB_ARRAY_LEN(stream_cfgs); c++) {
         fprintf(stderr, "  stream variant: %s\n", stream_cfgs[c].name);
-        nb_moe_stream_set(stream_cfgs[c].small, stream_cfgs[c].nt, stream_cfgs[c].fast_route);
+        nb_moe_stream_set(stream_cfgs[c].small, stream_cfgs[c].nt, stream_cfgs[c].fast_route, stream_cfgs[c].loop);
         moe_case(&x, 1, 4, ROUTE_UNIFORM, NB_MOE_KERNEL_STREAM, 0, 1 << 30);
         moe_case(&x, 16, 4, ROUTE_SKIP, NB_MOE_KERNEL_STREAM, 0, 1 << 30);    /* 64 slots: the small-step limit */
         moe_case(&x, 10, 6, ROUTE_FEW, NB_MOE_KERNEL_STREAM, 1, 1 << 30);     /* 60 slots on 7 experts, out += */
@@ -270,7 +280,7 @@ static void test_moe_stream_variants(void)
         moe_case(&x, 120, 8, ROUTE_UNIFORM, NB_MOE_KERNEL_STREAM, 0, 1 << 30); /* 60 per expert, 4-8 tiles */
         moe_case(&big, 2, 2, ROUTE_UNIFORM, NB_MOE_KERNEL_STREAM, 0, 1 << 30); /* K split 4 ways */
     }
-    nb_moe_stream_set(-1, 0, 0);
+    nb_moe_stream_set(-1, 0, 0, 0);
     experts_free(&x);
     experts_free(&big);
 }

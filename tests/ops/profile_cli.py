@@ -67,7 +67,27 @@ def main():
                 fail(f"{o['op']} has bytes")
         if "Per-op profile: 3 decode-only steps" not in r.stdout:
             fail("no table in the output")
-    print("ok: 2 levels profiled")
+    # --profile-skip: the level's first N decode-only steps are left alone (9 output tokens
+    # give 8 decode-only steps: skipping 5 leaves 3), a bad value is refused
+    with tempfile.TemporaryDirectory() as d:
+        js = os.path.join(d, "p.json")
+        base = [NIBBLE, "bench-offline", "--model", "synthetic:glm5-tiny:num_hidden_layers=3,index_topk=8",
+                "--num-prompts", "6", "--input-len", "12", "--output-len", "9", "--ceilings", f"{BW},100"]
+        r = subprocess.run(base + ["--profile-ops", "5", "--profile-skip", "5", "--json", js], env=ENV,
+                           capture_output=True, text=True, timeout=120)
+        if r.returncode:
+            fail(f"--profile-skip 5: exit {r.returncode}: {r.stderr[-2000:]}")
+        p = json.load(open(js))["levels"][0]["profile"]
+        if p["skipped"] != 5 or p["steps"] != 3:
+            fail(f"--profile-skip 5: {p['steps']} steps, skipped {p['skipped']} (want 3, 5)")
+        if "(skipped the first 5)" not in r.stdout:
+            fail("--profile-skip 5: the table does not say what was skipped")
+        for bad in ("-1", "x"):
+            r = subprocess.run(base + ["--profile-ops", "2", "--profile-skip", bad], env=ENV, capture_output=True,
+                               text=True, timeout=60)
+            if r.returncode != 2 or "--profile-skip" not in r.stderr:
+                fail(f"--profile-skip {bad}: exit {r.returncode}, stderr {r.stderr[-300:]}")
+    print("ok: 2 levels profiled, --profile-skip honoured and checked")
     return 0
 
 

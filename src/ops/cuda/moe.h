@@ -181,9 +181,13 @@ const char *nb_moe_kernel_name(nb_moe_kernel k);
  * docs/moe-kernels.md): small = steps of at most 64 slots (tokens x top-k) on the small-step
  * kernel, which routes the ids itself and starts without waiting for the routing kernel;
  * nt = 1 or 2 forces the token fragments per warp (0: by tokens per expert); fast_route = the
- * routing kernel's shuffle scans. small < 0: back to the environment's values. Not
- * thread-safe: call it between steps. */
-void nb_moe_stream_set(int small, int nt, int fast_route);
+ * routing kernel's shuffle scans; loop = the k-group loop (NIBBLE_MOE_STREAM_LOOP: 0 the one
+ * before the seventh session, 1 load pointers advanced by constants, 2 that with two k-groups
+ * per trip and no zero rows). small < 0: back to the environment's values. Not thread-safe:
+ * call it between steps. */
+void nb_moe_stream_set(int small, int nt, int fast_route, int loop);
+/* The stream kernel's default k-group loop (above). */
+#define NB_MOE_STREAM_LOOP_DEFAULT 2
 
 /* ---- router ------------------------------------------------------------------------- */
 

@@ -197,13 +197,15 @@ __device__ __forceinline__ void moe_stage_tokens(char *buf, const uint16_t *base
     }
     cp_async_commit();
 }
-template <int NT, bool DN>
+// PAD: no row is NULL (lanes past the tile read a real row, whose products land only in
+// output columns the epilogue never stores), so no zeroing and no predicated loads.
+template <int NT, bool DN, bool PAD = false>
 __device__ __forceinline__ void moe_load_b(const uint16_t *const *brow, int q, uint32_t (*b)[8])
 {
 #pragma unroll
     for (int j = 0; j < NT; j++) {
         uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
-        if (brow[j]) {
+        if (PAD || brow[j]) {
             if (DN) {
                 lo = ld_act(brow[j] + q * 64);
                 hi = ld_act(brow[j] + q * 64 + 8);
@@ -219,7 +221,7 @@ __device__ __forceinline__ void moe_load_b(const uint16_t *const *brow, int q, u
 
 // bsm: the block's staged tokens of this k-group (rows of MOE_BROW bytes), or NULL to load
 // this lane's fragments from global memory.
-template <int NT, bool SMEM>
+template <int NT, bool SMEM, bool PAD = false>
 __device__ __forceinline__ void moe_group(const uint4 (&wa)[4], const uint4 (&wb)[4], uint2 sa, uint2 sb,
                                           const uint16_t *const *brow, const char *bsm, bool dn, int kg,
                                           float (*acca)[4], float (*accb)[4])
@@ -258,9 +260,9 @@ __device__ __forceinline__ void moe_group(const uint4 (&wa)[4], const uint4 (&wb
             }
             continue;
         } else if (dn) {
-            moe_load_b<NT, true>(brow, kg * 4 + qq, b);
+            moe_load_b<NT, true, PAD>(brow, kg * 4 + qq, b);
         } else {
-            moe_load_b<NT, false>(brow, kg * 4 + qq, b);
+            moe_load_b<NT, false, PAD>(brow, kg * 4 + qq, b);
         }
         uint32_t s2a = (qq < 2 ? sa.x : sa.y) >> ((qq & 1) * 16);
         uint32_t s2b = (qq < 2 ? sb.x : sb.y) >> ((qq & 1) * 16);
@@ -275,7 +277,7 @@ __device__ __forceinline__ void moe_group(const uint4 (&wa)[4], const uint4 (&wb
 // row[r]: element offset of token row r of the tile in x (gate_up) or act (down), -1 past
 // the tile's count. The warp with part 0 of each pair reduces and runs the epilogue.
 // sorted: the step's slot ids in expert order (p.sorted, or the small-step kernel's own copy).
-template <int NT, bool DN>
+template <int NT, bool DN, int LOOP = NB_MOE_STREAM_LOOP_DEFAULT>
 __device__ __forceinline__ void moe_item(const moe_params &p, moe_smem_probe<NT> &sm, char *stage,
                                          const long long *row, int e, int start, int cnt, int rb, int ks,
                                          const int *sorted)
@@ -328,11 +330,61 @@ __device__ __forceinline__ void moe_item(const moe_params &p, moe_smem_probe<NT>
             for (int qq = 0; qq < 4; qq++) ca[qq] = na[qq], cb[qq] = nb[qq];
             csa = nsa, csb = nsb;
         }
-    } else if (!MOE_STAGED(NT)) {
+    } else if (LOOP == 0) {
+        // The loop before the seventh session (NIBBLE_MOE_STREAM_LOOP=0): every load address
+        // rebuilt from the item's indices and the k-group.
         if (kg0 < kg1) moe_load_group(wap, wbp, sap, sbp, kg0, ca, cb, csa, csb);
         for (int kg = kg0; kg < kg1; kg++) {
             if (kg + 1 < kg1) moe_load_group(wap, wbp, sap, sbp, kg + 1, na, nb, nsa, nsb);
             moe_group<NT, false>(ca, cb, csa, csb, brow, nullptr, DN, kg, acca, accb);
+#pragma unroll
+            for (int qq = 0; qq < 4; qq++) ca[qq] = na[qq], cb[qq] = nb[qq];
+            csa = nsa, csb = nsb;
+        }
+    } else if (LOOP == 2) {
+        // LOOP 1's pointers, and two k-groups per trip with the two register sets swapping
+        // roles (no copy of the next group's codes into the current set: 36 moves per group),
+        // and lanes past the tile reading the tile's first row instead of zeros (no zeroing,
+        // no predicated loads: moe_load_b's PAD). 681 -> 615 instructions per k-group at NT 1,
+        // 741 -> 657 at NT 2; 3-5 % faster than LOOP 1 at 1-10 tokens (RESULTS.md, seventh
+        // session). The default.
+        const uint8_t *pa = wap + (size_t)kg0 * 2048, *pb = wbp + (size_t)kg0 * 2048;
+        const uint8_t *qa = sap + (size_t)kg0 * 256, *qb = sbp + (size_t)kg0 * 256;
+        const uint16_t *bk[NT];
+        const uint16_t *pad = bbase + row[0] + t * 16;  // a tile holds at least one token
+#pragma unroll
+        for (int j = 0; j < NT; j++) bk[j] = (brow[j] ? brow[j] : pad) + (size_t)kg0 * 256;
+        if (kg0 < kg1) moe_load_group(pa, pb, qa, qb, 0, ca, cb, csa, csb);
+        for (int kg = kg0; kg < kg1; kg += 2) {
+            if (kg + 1 < kg1) moe_load_group(pa + 2048, pb + 2048, qa + 256, qb + 256, 0, na, nb, nsa, nsb);
+            moe_group<NT, false, true>(ca, cb, csa, csb, bk, nullptr, DN, 0, acca, accb);
+#pragma unroll
+            for (int j = 0; j < NT; j++) bk[j] += 256;
+            if (kg + 1 >= kg1) break;
+            if (kg + 2 < kg1) moe_load_group(pa + 4096, pb + 4096, qa + 512, qb + 512, 0, ca, cb, csa, csb);
+            moe_group<NT, false, true>(na, nb, nsa, nsb, bk, nullptr, DN, 0, acca, accb);
+#pragma unroll
+            for (int j = 0; j < NT; j++) bk[j] += 256;
+            pa += 4096, pb += 4096, qa += 512, qb += 512;
+        }
+    } else {
+        // Sources advanced by a constant per k-group (the loads use immediate offsets from
+        // them), so the loop does not rebuild 64-bit addresses from the item's indices: 768 ->
+        // 681 instructions per warp and k-group at NT 1 (scripts/sass-loop.sh), 10-14 % faster
+        // at 1-64 tokens (bench/RESULTS.md, issue 8, seventh session).
+        const uint8_t *pa = wap + (size_t)kg0 * 2048, *pb = wbp + (size_t)kg0 * 2048;
+        const uint8_t *qa = sap + (size_t)kg0 * 256, *qb = sbp + (size_t)kg0 * 256;
+        const uint16_t *bk[NT];
+#pragma unroll
+        for (int j = 0; j < NT; j++) bk[j] = brow[j] ? brow[j] + (size_t)kg0 * 256 : nullptr;
+        if (kg0 < kg1) moe_load_group(pa, pb, qa, qb, 0, ca, cb, csa, csb);
+        for (int kg = kg0; kg < kg1; kg++) {
+            pa += 2048, pb += 2048, qa += 256, qb += 256;
+            if (kg + 1 < kg1) moe_load_group(pa, pb, qa, qb, 0, na, nb, nsa, nsb);
+            moe_group<NT, false>(ca, cb, csa, csb, bk, nullptr, DN, 0, acca, accb);
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+                if (bk[j]) bk[j] += 256;
 #pragma unroll
             for (int qq = 0; qq < 4; qq++) ca[qq] = na[qq], cb[qq] = nb[qq];
             csa = nsa, csb = nsb;
@@ -414,7 +466,7 @@ __device__ __forceinline__ void moe_locate(int item, int n_z, int n_gu, int rb_g
 // Items are taken in order by running blocks, and a block holds at most the item it works on
 // and the next one (always a later one), so everything waited on is held by a running block
 // that does not wait for it: no deadlock whatever the grid size.
-template <int NT>
+template <int NT, int LOOP = NB_MOE_STREAM_LOOP_DEFAULT>
 __global__ void __launch_bounds__(MOE_THREADS, MOE_MIN_BLOCKS(NT)) moe_ffn_kernel(moe_params p)
 {
     __shared__ moe_smem_probe<NT> sm;
@@ -457,9 +509,9 @@ __global__ void __launch_bounds__(MOE_THREADS, MOE_MIN_BLOCKS(NT)) moe_ffn_kerne
         }
         __syncthreads();
         if (dn) {
-            moe_item<NT, true>(p, sm, stage, s_row, tl.x, tl.y, tl.z, rb, p.ks_dn, p.sorted);
+            moe_item<NT, true, LOOP>(p, sm, stage, s_row, tl.x, tl.y, tl.z, rb, p.ks_dn, p.sorted);
         } else {
-            moe_item<NT, false>(p, sm, stage, s_row, tl.x, tl.y, tl.z, rb, p.ks_gu, p.sorted);
+            moe_item<NT, false, LOOP>(p, sm, stage, s_row, tl.x, tl.y, tl.z, rb, p.ks_gu, p.sorted);
             if (threadIdx.x == 0) add_release(p.done + ti, 1);
         }
     }
@@ -477,7 +529,7 @@ __global__ void __launch_bounds__(MOE_THREADS, MOE_MIN_BLOCKS(NT)) moe_ffn_kerne
 // Round-robin cannot deadlock while the grid is resident at once (the launcher sizes it so):
 // a block reaches a down item only after its own gate_up items, and every gate_up item
 // precedes every down item.
-template <int NT>
+template <int NT, int LOOP = NB_MOE_STREAM_LOOP_DEFAULT>
 __global__ void __launch_bounds__(MOE_THREADS, MOE_MIN_BLOCKS(NT)) moe_ffn_small_kernel(moe_params p)
 {
     __shared__ moe_smem_probe<NT> sm;
@@ -551,9 +603,9 @@ __global__ void __launch_bounds__(MOE_THREADS, MOE_MIN_BLOCKS(NT)) moe_ffn_small
         }
         __syncthreads();
         if (dn) {
-            moe_item<NT, true>(p, sm, nullptr, s_row, tl.x, tl.y, tl.z, rb, p.ks_dn, s_sorted);
+            moe_item<NT, true, LOOP>(p, sm, nullptr, s_row, tl.x, tl.y, tl.z, rb, p.ks_dn, s_sorted);
         } else {
-            moe_item<NT, false>(p, sm, nullptr, s_row, tl.x, tl.y, tl.z, rb, p.ks_gu, s_sorted);
+            moe_item<NT, false, LOOP>(p, sm, nullptr, s_row, tl.x, tl.y, tl.z, rb, p.ks_gu, s_sorted);
             if (tid == 0) {
                 if (!waited) griddep_wait(), waited = true;
                 add_release(p.done + ti, 1);
@@ -619,9 +671,12 @@ static int moe_k_split(int tokens, int topk, int experts, int pairs)
 //                         scans, no small-step kernel;
 //   NIBBLE_MOE_SMALL=0|1  steps of at most MOE_SMALL_SLOTS slots on moe_ffn_small_kernel
 //                         (default 1);
-//   NIBBLE_MOE_NT=1|2     token fragments per warp (8- or 16-token tiles), whatever the step.
+//   NIBBLE_MOE_NT=1|2     token fragments per warp (8- or 16-token tiles), whatever the step;
+//   NIBBLE_MOE_STREAM_LOOP=0|1|2  the k-group loop (moe_item): 0 the loop before the seventh
+//                         session, 1 load pointers advanced by constants, 2 that with two
+//                         k-groups per trip and no zero rows (default NB_MOE_STREAM_LOOP_DEFAULT).
 typedef struct {
-    int nt, fast_route, small;
+    int nt, fast_route, small, loop;
 } moe_stream_cfg;
 
 static int moe_env_int(const char *name, int def, int lo, int hi)
@@ -640,13 +695,13 @@ static int moe_env_int(const char *name, int def, int lo, int hi)
 static moe_stream_cfg moe_cfg;
 static int moe_cfg_init = 0;
 
-extern "C" void nb_moe_stream_set(int small, int nt, int fast_route)
+extern "C" void nb_moe_stream_set(int small, int nt, int fast_route, int loop)
 {
     if (small < 0) {
         moe_cfg_init = 0;
         return;
     }
-    moe_cfg.small = small, moe_cfg.nt = nt, moe_cfg.fast_route = fast_route;
+    moe_cfg.small = small, moe_cfg.nt = nt, moe_cfg.fast_route = fast_route, moe_cfg.loop = loop;
     moe_cfg_init = 1;
 }
 
@@ -659,9 +714,10 @@ static const moe_stream_cfg *moe_stream_config(void)
         c.small = moe_env_int("NIBBLE_MOE_SMALL", v1 ? 0 : 1, 0, 1);
         c.nt = moe_env_int("NIBBLE_MOE_NT", 0, 0, 2);
         c.fast_route = !v1;
+        c.loop = moe_env_int("NIBBLE_MOE_STREAM_LOOP", NB_MOE_STREAM_LOOP_DEFAULT, 0, 2);
         moe_cfg_init = 1;
-        NB_LOG_DEBUG("cuda", "moe stream kernel: small-step kernel %d, NT %d, fast route %d", c.small, c.nt,
-                     c.fast_route);
+        NB_LOG_DEBUG("cuda", "moe stream kernel: small-step kernel %d, NT %d, fast route %d, k-group loop %d", c.small,
+                     c.nt, c.fast_route, c.loop);
     }
     return &c;
 }
@@ -729,13 +785,13 @@ static int moe_sm_arch(void)
     return arch;
 }
 
-template <int NT, bool SMALL>
+template <int NT, bool SMALL, int LOOP>
 static void (*moe_kern(void))(moe_params)
 {
-    return SMALL ? moe_ffn_small_kernel<NT> : moe_ffn_kernel<NT>;
+    return SMALL ? moe_ffn_small_kernel<NT, LOOP> : moe_ffn_kernel<NT, LOOP>;
 }
 
-template <int NT, bool SMALL>
+template <int NT, bool SMALL, int LOOP = NB_MOE_STREAM_LOOP_DEFAULT>
 static nb_status moe_launch_ffn(const moe_params &p, cudaStream_t st)
 {
     static int per_sm = 0, optin = 0;
@@ -753,8 +809,8 @@ static nb_status moe_launch_ffn(const moe_params &p, cudaStream_t st)
                         NT, smem, optin);
     if (!per_sm) {
         if (dyn)
-            NB_CUDA_TRY(cudaFuncSetAttribute(moe_kern<NT, SMALL>(), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn));
-        NB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_kern<NT, SMALL>(), MOE_THREADS, dyn));
+            NB_CUDA_TRY(cudaFuncSetAttribute(moe_kern<NT, SMALL, LOOP>(), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn));
+        NB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_kern<NT, SMALL, LOOP>(), MOE_THREADS, dyn));
         if (per_sm < 1) return nb_error(NB_ERR_CUDA, "moe: FFN kernel<%d> cannot be resident", NT);
     }
     cudaLaunchConfig_t cfg = {};
@@ -767,8 +823,19 @@ static nb_status moe_launch_ffn(const moe_params &p, cudaStream_t st)
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = 1;
-    NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, moe_kern<NT, SMALL>(), p));
+    NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, moe_kern<NT, SMALL, LOOP>(), p));
     return NB_OK;
+}
+
+// The stream kernel (NT 1 or 2) with its k-group loop (NIBBLE_MOE_STREAM_LOOP).
+template <int NT>
+static nb_status moe_launch_stream(const moe_params &p, int small, int loop, cudaStream_t st)
+{
+    switch (loop) {
+    case 0: return small ? moe_launch_ffn<NT, true, 0>(p, st) : moe_launch_ffn<NT, false, 0>(p, st);
+    case 1: return small ? moe_launch_ffn<NT, true, 1>(p, st) : moe_launch_ffn<NT, false, 1>(p, st);
+    default: return small ? moe_launch_ffn<NT, true, 2>(p, st) : moe_launch_ffn<NT, false, 2>(p, st);
+    }
 }
 
 static nb_status moe_check(const nb_moe_weights_dev *w, const nb_moe_desc *d, int topk)
@@ -831,8 +898,8 @@ static nb_status moe_forward_impl(const nb_moe_weights_dev *w, const nb_moe_desc
         return moe_launch_wg(p, 8 * nt, moe_sm_count(), st);
     }
     switch (nt) {
-    case 1: return small ? moe_launch_ffn<1, true>(p, st) : moe_launch_ffn<1, false>(p, st);
-    case 2: return small ? moe_launch_ffn<2, true>(p, st) : moe_launch_ffn<2, false>(p, st);
+    case 1: return moe_launch_stream<1>(p, small, cfg->loop, st);
+    case 2: return moe_launch_stream<2>(p, small, cfg->loop, st);
     case NB_MOE_NT_MMA: return moe_launch_ffn<NB_MOE_NT_MMA, false>(p, st);
     default: return moe_launch_ffn<2 * NB_MOE_NT_MMA, false>(p, st);
     }

@@ -350,7 +350,10 @@ extern "C" nb_status nb_bench_moe_run(const nb_bench_moe_params *p)
         }
         touched /= BENCH_ID_SETS;
         for (int vi = 0; vi < (var.n ? var.n : 1) && status == NB_OK; vi++) {
-            if (var.n) variants_apply(&var, vi);
+            if (var.n) {
+                variants_apply(&var, vi);
+                nb_moe_stream_set(-1, 0, 0, 0);  // the stream kernel caches its switches: re-read them
+            }
             nb_moe_kernel kern = kernel_of(p->kernel);
             if (kern == NB_MOE_KERNEL_AUTO) kern = nb_moe_pick_kernel(T, K, E, H, I, sm_arch);
             nb_moe_desc d;
@@ -421,7 +424,10 @@ extern "C" nb_status nb_bench_moe_run(const nb_bench_moe_params *p)
                         ms / floor_ms, var.n ? var.text[vi] : "");
         }
     }
-    if (var.n) variants_apply(&var, -1);
+    if (var.n) {
+        variants_apply(&var, -1);
+        nb_moe_stream_set(-1, 0, 0, 0);
+    }
     if (jf) {
         fprintf(jf, "\n]}\n");
         fclose(jf);
