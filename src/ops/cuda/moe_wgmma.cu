@@ -123,6 +123,29 @@ __device__ __forceinline__ void moe_wg_stage(char *buf, const uint16_t *base, co
     cp_async_commit();
 }
 
+// One item's weight rows: this warp's pair of 16-row tiles (below), the first k-tile of their
+// codes (wa, wb) and scales (sa, sb), and the K loop's 128-wide slices.
+struct moe_wg_rows {
+    int pair, slices;
+    const uint8_t *wa, *wb, *sa, *sb;
+};
+
+template <bool DN, int W>
+__device__ __forceinline__ moe_wg_rows moe_wg_item_rows(const moe_params &p, int e, int rb, int warp)
+{
+    moe_wg_rows r;
+    r.pair = rb * W + warp;
+    const int n = DN ? p.hidden : 2 * p.inter, K = DN ? p.inter : p.hidden;
+    const int ktiles = K / 64, kgroups = K / 256;
+    r.slices = K / MOE_WG_SLICE;
+    const int nta = DN ? 2 * r.pair : r.pair, ntb = DN ? 2 * r.pair + 1 : r.pair + p.inter / 16;
+    const uint8_t *wbase = (DN ? p.w2 : p.w13) + (size_t)e * ((size_t)n * K / 2);
+    const uint8_t *sbase = (DN ? p.s2 : p.s13) + (size_t)e * ((size_t)n * K / 16);
+    r.wa = wbase + (size_t)nta * ktiles * 512, r.wb = wbase + (size_t)ntb * ktiles * 512;
+    r.sa = sbase + (size_t)nta * kgroups * 256, r.sb = sbase + (size_t)ntb * kgroups * 256;
+    return r;
+}
+
 // One item on a tile of cnt <= N tokens: 8 pairs of 16-row tiles (one per warp; warps 0-3
 // and 4-7 are the two warpgroups, each issuing its own wgmmas on the shared token stage)
 // times the whole K.
@@ -137,14 +160,9 @@ __device__ __forceinline__ void moe_wg_item(const moe_params &p, char *ring, cha
     constexpr int STAGES = MOE_WG_RING(AS, W), AHEAD = STAGES - 2;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int pair = rb * W + warp;
-    const int n = DN ? p.hidden : 2 * p.inter, K = DN ? p.inter : p.hidden;
-    const int ktiles = K / 64, kgroups = K / 256, slices = K / MOE_WG_SLICE;
-    const int nta = DN ? 2 * pair : pair, ntb = DN ? 2 * pair + 1 : pair + p.inter / 16;
-    const uint8_t *wbase = (DN ? p.w2 : p.w13) + (size_t)e * ((size_t)n * K / 2);
-    const uint8_t *sbase = (DN ? p.s2 : p.s13) + (size_t)e * ((size_t)n * K / 16);
-    const uint8_t *wa = wbase + (size_t)nta * ktiles * 512, *wb = wbase + (size_t)ntb * ktiles * 512;
-    const uint8_t *sa = sbase + (size_t)nta * kgroups * 256, *sb = sbase + (size_t)ntb * kgroups * 256;
+    const moe_wg_rows wr = moe_wg_item_rows<DN, W>(p, e, rb, warp);
+    const int pair = wr.pair, slices = wr.slices;
+    const uint8_t *wa = wr.wa, *wb = wr.wb, *sa = wr.sa, *sb = wr.sb;
     const uint16_t *bbase = DN ? p.act : p.xp;
     const int stage_bytes = MOE_WG_STAGE_BYTES(N, W);
     const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(ring);
@@ -322,12 +340,8 @@ __device__ __forceinline__ void moe_wg_item_lean(const moe_params &p, char *ring
     constexpr int STAGES = MOE_WG_RING(0, W), AHEAD = STAGES - 2, SB = MOE_WG_STAGE_BYTES(N, W);
     constexpr int TM = (N * 16 + W * 32 - 1) / (W * 32);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int pair = rb * W + warp;
-    const int n = DN ? p.hidden : 2 * p.inter, K = DN ? p.inter : p.hidden;
-    const int ktiles = K / 64, kgroups = K / 256, slices = K / MOE_WG_SLICE;
-    const int nta = DN ? 2 * pair : pair, ntb = DN ? 2 * pair + 1 : pair + p.inter / 16;
-    const uint8_t *wbase = (DN ? p.w2 : p.w13) + (size_t)e * ((size_t)n * K / 2);
-    const uint8_t *sbase = (DN ? p.s2 : p.s13) + (size_t)e * ((size_t)n * K / 16);
+    const moe_wg_rows wr = moe_wg_item_rows<DN, W>(p, e, rb, warp);
+    const int pair = wr.pair, slices = wr.slices;
     const uint16_t *bbase = DN ? p.act : p.xp;
     moe_wg_plan<TM> pl;
 #pragma unroll
@@ -338,9 +352,9 @@ __device__ __forceinline__ void moe_wg_item_lean(const moe_params &p, char *ring
         pl.tsz[m] = off >= 0 ? 16u : 0u;
         pl.tdst[m] = (uint32_t)(q * (N * 128) + (r >> 3) * 1024 + (r & 7) * 128 + ((ch ^ (r & 7)) << 4));
     }
-    pl.pa = wbase + (size_t)nta * ktiles * 512 + lane * 16;
-    pl.pb = wbase + (size_t)ntb * ktiles * 512 + lane * 16;
-    pl.ps = (lane < 16 ? sbase + (size_t)nta * kgroups * 256 : sbase + (size_t)ntb * kgroups * 256 - 256) + lane * 16;
+    pl.pa = wr.wa + lane * 16;
+    pl.pb = wr.wb + lane * 16;
+    pl.ps = (lane < 16 ? wr.sa : wr.sb - 256) + lane * 16;
     pl.cw = (uint32_t)(MOE_WG_CODES_OFF(N) + warp * 2048 + lane * 16);
     pl.cs = (uint32_t)(MOE_WG_SCALES_OFF(N, W) + warp * 512 + lane * 16);
     const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(ring);
