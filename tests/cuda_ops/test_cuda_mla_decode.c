@@ -303,6 +303,20 @@ static void time_batch(int B, int ctx)
         nb_cuda_mla_wg_force_rows(0);
     }
     nb_cuda_mla_dec_force_copy(-1);
+    /* the wg kernel's q_lat in F32 and in BF16 (mla.h nb_cuda_mla_force_qlat16), one term */
+    double tq[2];
+    nb_cuda_mla_force_terms(1);
+    for (int k = 0; k < 2; k++) {
+        nb_cuda_mla_force_qlat16(k);
+        tq[k] = graph_ms(&b, NB_CUDA_MLA_WG, 0, iters);
+    }
+    nb_cuda_mla_force_qlat16(-1);
+    double tst[4]; /* BF16 q, outputs direct / staged, A B A B */
+    for (int k = 0; k < 4; k++) {
+        nb_cuda_mla_wg_force_stage(k & 1);
+        tst[k] = graph_ms(&b, NB_CUDA_MLA_WG, 0, iters);
+    }
+    nb_cuda_mla_wg_force_stage(-1);
     nb_cuda_mla_force_terms(0);
     const double gemm = graph_ms(&b, NB_CUDA_MLA_DEC, 1, iters);
     const int autok = nb_cuda_mla_kernel(tu_gpu, &b.d, B);
@@ -317,12 +331,20 @@ static void time_batch(int B, int ctx)
             "    mla time B=%-5d ctx %-5d old default (dec, two terms) %.3f ms -> wg one term %.3f ms (%.2fx);  "
             "two-term GEMMs alone %.3f ms;  rows %.0f MB;  auto=%s\n",
             B, ctx, t[1][1], t[0][2], t[1][1] / t[0][2], gemm, bytes / 1e6, kname(autok));
+    fprintf(stderr, "    mla time B=%-5d ctx %-5d wg one term op (graph): q_lat F32 %7.3f ms, BF16 %7.3f ms (%.2fx)\n", B,
+            ctx, tq[0], tq[1], tq[0] / tq[1]);
+    fprintf(stderr, "    mla time B=%-5d ctx %-5d wg BF16 q op (graph): outputs direct %.3f / %.3f, staged %.3f / %.3f ms\n", B,
+            ctx, tst[0], tst[2], tst[1], tst[3]);
     nb_cuda_mla_force_terms(2);
     time_steps(&b, NB_CUDA_MLA_DEC, iters);
     time_steps(&b, NB_CUDA_MLA_WG, iters);
     nb_cuda_mla_force_terms(1);
-    fprintf(stderr, "    (one BF16 term)\n");
-    time_steps(&b, NB_CUDA_MLA_WG, iters);
+    for (int k = 0; k < 2; k++) {
+        nb_cuda_mla_force_qlat16(k);
+        fprintf(stderr, "    (one BF16 term, q_lat %s)\n", k ? "BF16" : "F32");
+        time_steps(&b, NB_CUDA_MLA_WG, iters);
+    }
+    nb_cuda_mla_force_qlat16(-1);
     nb_cuda_mla_force_terms(0);
     batch_free(&b);
 }
@@ -379,6 +401,25 @@ int main(int argc, char **argv)
                 dec_case(glm5, 0, sparse, NB_WFMT_BF16, 1, kk);
                 dec_case(glm5, 1, sparse, NB_WFMT_BF16, 1, kk);
             }
+            if (kk == NB_CUDA_MLA_WG) { /* BF16 q with a partial second head group (zero-filled rows) */
+                dec_case(h80w, 0, 1, NB_WFMT_BF16, 1, kk);
+                dec_case(h80w, 1, 0, NB_WFMT_BF16, 1, kk);
+                for (int st = 0; st < 2; st++) { /* staged outputs, both ways (mla.h nb_cuda_mla_wg_force_stage) */
+                    nb_cuda_mla_wg_force_stage(st);
+                    fprintf(stderr, "  one BF16 term, BF16 q, outputs %s:\n", st ? "staged" : "direct");
+                    dec_case(glm5, 0, 1, NB_WFMT_BF16, 1, kk);
+                    dec_case(glm5, 1, 0, NB_WFMT_BF16, 1, kk);
+                    dec_case(h80w, 1, 1, NB_WFMT_BF16, 1, kk);
+                }
+                nb_cuda_mla_wg_force_stage(-1);
+            }
+            if (kk == NB_CUDA_MLA_WG) { /* one term with the F32 q_lat the BF16 one replaced */
+                nb_cuda_mla_force_qlat16(0);
+                fprintf(stderr, "  one BF16 term, F32 q_lat (NIBBLE_CUDA_MLA_QLAT16=0):\n");
+                dec_case(glm5, 0, 1, NB_WFMT_BF16, 1, kk);
+                dec_case(glm5, 1, 0, NB_WFMT_BF16, 1, kk);
+                nb_cuda_mla_force_qlat16(-1);
+            }
             nb_cuda_mla_force_terms(0);
             if (kk == NB_CUDA_MLA_WG) { /* the other forms: 2 producer rows in flight, a block per item */
                 nb_cuda_mla_wg_force_rows(2);
@@ -412,6 +453,14 @@ int main(int argc, char **argv)
                 nb_cuda_mla_wg_force_rows(2);
                 batch_compare(&b, NB_CUDA_MLA_F32, NB_CUDA_MLA_WG);
                 nb_cuda_mla_wg_force_rows(0);
+                nb_cuda_mla_force_qlat16(0);
+                batch_compare(&b, NB_CUDA_MLA_F32, NB_CUDA_MLA_WG);
+                nb_cuda_mla_force_qlat16(-1);
+                for (int st = 0; st < 2; st++) {
+                    nb_cuda_mla_wg_force_stage(st);
+                    batch_compare(&b, NB_CUDA_MLA_F32, NB_CUDA_MLA_WG);
+                }
+                nb_cuda_mla_wg_force_stage(-1);
             }
             batch_free(&b);
         }

@@ -175,8 +175,9 @@ static void test_rope(void)
 /* ---- fused launches (ops.h): one kernel against the CPU's composition -------------------- */
 
 /* The MLA layer's use: q_pe, k_pe (model table), index q and key (indexer table) in one launch. */
-static void test_rope_n(void)
+static void rope_n_case(int heads_form)
 {
+    nb_cuda_rope_force_heads(heads_form); /* cuda_ops.h: per head, per 8 heads, by token count */
     tu_seed(19);
     const int T = 5, nh = 4, qk = 48, dim = 32, kw = 80, ih = 3, id = 64;
     nb_rope ra, rb;
@@ -220,6 +221,12 @@ static void test_rope_n(void)
     NB_CHECK(nb_op_rope_n(tu_gpu, 3, dx, tu_up(pos, sizeof pos), three) == NB_ERR_UNSUPPORTED);
     free(h), free(b);
     tu_free_all();
+    nb_cuda_rope_force_heads(-1);
+}
+
+static void test_rope_n(void)
+{
+    for (int f = -1; f < 2; f++) rope_n_case(f);
 }
 
 /* The MLA layer's norms over one row of the four projections [q_a | kv_a | wk | weights]:

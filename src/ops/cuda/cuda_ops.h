@@ -70,6 +70,10 @@ nb_status nb_cuda_scale(nb_ops_ctx *ctx, nb_tensor *x, float s);
 nb_status nb_cuda_copy_d2d(nb_ops_ctx *ctx, void *dst, const void *src, size_t bytes);
 /* fused launches (ops.h), one kernel each */
 nb_status nb_cuda_rope_n(nb_ops_ctx *ctx, int n, nb_tensor *const *x, const int32_t *pos, const nb_rope *const *rope);
+/* nb_cuda_rope_n's kernel: 1 a thread per (token, pair, 8 heads) (cos / sin computed once per
+ * 8 heads), 0 a thread per (token, pair, head); else (< 0) NIBBLE_CUDA_ROPE_HEADS=0|1, or by
+ * the token count (the first from 64 tokens). Tests and A/B timings. */
+void nb_cuda_rope_force_heads(int on);
 nb_status nb_cuda_norm_n(nb_ops_ctx *ctx, int n, const nb_norm_part *parts);
 nb_status nb_cuda_set_rows_n(nb_ops_ctx *ctx, int n, const nb_tensor *const *src, const int32_t *rows,
                           nb_tensor *const *dst);

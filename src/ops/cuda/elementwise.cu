@@ -508,6 +508,31 @@ __global__ void k_rope(rope_parts_dev p, const int32_t *pos)
     for (int64_t w = threadIdx.x; w < g->heads * (rope->dim / 2); w += blockDim.x) rope_pair(g, rope, t, pt, w);
 }
 
+// NB_ROPE_HG heads per thread (nb_cuda_rope_n from NB_ROPE_HG_MIN_TOKENS tokens, or
+// NIBBLE_CUDA_ROPE_HEADS=0|1 / nb_cuda_rope_force_heads): each thread takes one pair of
+// NB_ROPE_HG heads of a token, so cos and sin (in double) are computed once per (token, pair,
+// group) instead of once per head: GLM-5's q_pe needs 32 per token, not 2048. The same
+// arithmetic per element as rope_pair, so the same bits.
+#define NB_ROPE_HG 8
+__device__ __forceinline__ void rope_pair_heads(const rope_part_dev *g, const nb_rope *rope, int64_t t, float pt,
+                                                int64_t w)
+{
+    const int half = rope->dim / 2;
+    const int64_t h0 = (w / half) * NB_ROPE_HG;
+    const int i = (int)(w % half);
+    const float ang = pt * rope->inv_freq[i];
+    const float c = (float)cos((double)ang) * rope->attention_scaling;
+    const float s = (float)sin((double)ang) * rope->attention_scaling;
+    const int a = rope->interleave ? 2 * i : i;
+    const int b = rope->interleave ? 2 * i + 1 : i + half;
+    for (int64_t h = h0; h < h0 + NB_ROPE_HG && h < g->heads; h++) {
+        float *v = g->x + t * g->s0 + h * g->s1;
+        const float x0 = v[a], x1 = v[b];
+        v[a] = x0 * c - x1 * s;
+        v[b] = x1 * c + x0 * s;
+    }
+}
+
 // grid (token, chunk): every (head, pair) of every part has its own thread, so a decode
 // token's ~3100 pairs (GLM-5) run in one round over ~26 blocks.
 #define NB_ROPE_THREADS 128
@@ -526,6 +551,42 @@ __global__ void __launch_bounds__(NB_ROPE_THREADS) k_rope_pairs(rope_parts_dev p
     rope_pair(g, rope, t, (float)pos[t], w);
 }
 
+// The same grid with NB_ROPE_HG heads per thread (rope_pair_heads).
+__global__ void __launch_bounds__(NB_ROPE_THREADS) k_rope_pairs_hg(rope_parts_dev p, const int32_t *pos)
+{
+    nb_pdl_wait(); // before any global access (ops/cuda/pdl.cuh)
+    nb_pdl_trigger();
+    const int c = blockIdx.y;
+    int i = 0;
+    while (i + 1 < p.n && c >= p.c0[i + 1]) i++;
+    const rope_part_dev *g = &p.part[i];
+    const nb_rope *rope = &p.table[g->table];
+    const int64_t w = (int64_t)(c - p.c0[i]) * NB_ROPE_THREADS + threadIdx.x;
+    if (w >= (g->heads + NB_ROPE_HG - 1) / NB_ROPE_HG * (rope->dim / 2)) return;
+    const int64_t t = blockIdx.x;
+    rope_pair_heads(g, rope, t, (float)pos[t], w);
+}
+
+// H200, 8-layer GLM-5 slice (bench/RESULTS.md, issue 9, eighth session): rope_n 0.284 -> 0.129
+// ms per step at 1000 tokens, 0.046 -> 0.058 ms at 1 token (a thread loops over 8 heads); the
+// crossover between them is not measured.
+#define NB_ROPE_HG_MIN_TOKENS 64
+
+static int g_rope_hg = -1; // nb_cuda_rope_force_heads; -1: NIBBLE_CUDA_ROPE_HEADS, else by token count
+
+extern "C" void nb_cuda_rope_force_heads(int on) { g_rope_hg = on == 0 || on == 1 ? on : -1; }
+
+static int rope_heads_on(int64_t tokens)
+{
+    if (g_rope_hg >= 0) return g_rope_hg;
+    static int env = -2; // read once; a benign race between threads reads the same value
+    if (env == -2) {
+        const char *e = getenv("NIBBLE_CUDA_ROPE_HEADS");
+        env = e && (!strcmp(e, "0") || !strcmp(e, "1")) ? e[0] - '0' : -1;
+    }
+    return env >= 0 ? env : tokens >= NB_ROPE_HG_MIN_TOKENS;
+}
+
 extern "C" nb_status nb_cuda_rope_n(nb_ops_ctx *ctx, int n, nb_tensor *const *x, const int32_t *pos,
                                     const nb_rope *const *rope)
 {
@@ -536,6 +597,7 @@ extern "C" nb_status nb_cuda_rope_n(nb_ops_ctx *ctx, int n, nb_tensor *const *x,
     const nb_rope *tabs[2] = {NULL, NULL};
     int n_tabs = 0;
     int64_t work = 32, chunks = 0;
+    const int hg = !nb_cuda_small_ops_legacy() && n > 0 && rope_heads_on(x[0]->shape[0]); /* k_rope_pairs_hg */
     for (int i = 0; i < n; i++) {
         NB_TRY(nb_cuda_check_f32("rope", "x", x[i], 3));
         if (x[i]->shape[2] < rope[i]->dim)
@@ -554,8 +616,9 @@ extern "C" nb_status nb_cuda_rope_n(nb_ops_ctx *ctx, int n, nb_tensor *const *x,
             tb = n_tabs++;
         }
         p.part[i] = (rope_part_dev){(float *)x[i]->data, x[i]->stride[0], x[i]->stride[1], x[i]->shape[1], tb};
-        const int64_t pairs = x[i]->shape[1] * (rope[i]->dim / 2);
-        work = NB_MAX(work, pairs);
+        const int64_t half = rope[i]->dim / 2;
+        const int64_t pairs = (hg ? (x[i]->shape[1] + NB_ROPE_HG - 1) / NB_ROPE_HG : x[i]->shape[1]) * half;
+        work = NB_MAX(work, x[i]->shape[1] * half); /* k_rope's threads: every (head, pair) */
         p.c0[i] = (int)chunks;
         chunks += (pairs + NB_ROPE_THREADS - 1) / NB_ROPE_THREADS;
     }
@@ -566,8 +629,9 @@ extern "C" nb_status nb_cuda_rope_n(nb_ops_ctx *ctx, int n, nb_tensor *const *x,
         k_rope<<<dim3((unsigned)x[0]->shape[0], (unsigned)n), threads, 0, nb_cuda_stream(ctx)>>>(p, pos);
     } else {
         void *args[] = {&p, (void *)&pos};
-        NB_CUDA_TRY(nb_pdl_launch((const void *)k_rope_pairs, dim3((unsigned)x[0]->shape[0], (unsigned)chunks),
-                                  dim3(NB_ROPE_THREADS), 0, nb_cuda_stream(ctx), args));
+        NB_CUDA_TRY(nb_pdl_launch(hg ? (const void *)k_rope_pairs_hg : (const void *)k_rope_pairs,
+                                  dim3((unsigned)x[0]->shape[0], (unsigned)chunks), dim3(NB_ROPE_THREADS), 0,
+                                  nb_cuda_stream(ctx), args));
     }
     NB_CUDA_LAUNCHED(n == 1 ? "rope" : "rope_n");
     return NB_OK;

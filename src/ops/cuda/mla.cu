@@ -518,6 +518,20 @@ static int grid_for(int64_t n)
     return (int)(b < 1 ? 1 : b > 8192 ? 8192 : b);
 }
 
+// q_pe -> BF16 columns r .. r + rope - 1 of the wg kernel's q rows ([H][T][r + rope], q_lat in
+// columns 0 .. r - 1 from the first GEMM), rounded to nearest as the kernel rounded it itself.
+__global__ void k_mla_qpe16(const float *q, int64_t qs0, int64_t qs1, int T, int H, int nope, int rope, int r,
+                            uint16_t *q16)
+{
+    const int64_t n = (int64_t)H * T * rope;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int c = (int)(i % rope);
+        const int64_t ht = i / rope;
+        const int t = (int)(ht % T), h = (int)(ht / T);
+        q16[ht * (r + rope) + r + c] = nb_d_to_bf16(q[(int64_t)t * qs0 + (int64_t)h * qs1 + nope + c]);
+    }
+}
+
 // Splits of each token's rows: enough blocks for two waves when the batch alone is not, at
 // most NIBBLE_CUDA_MLA_SPLITS (default 16, at most MLA_MAX_SPLITS). The count depends on T
 // only (a graph stays valid as contexts grow), so at a short context most of 64 splits had
@@ -574,6 +588,36 @@ static int mla_terms(int kern)
 }
 
 extern "C" void nb_cuda_mla_force_gemm_steps(int mask) { g_steps = mask > 0 && mask < 15 ? mask : 0; }
+
+static int g_qlat16 = -1; /* nb_cuda_mla_force_qlat16; -1: NIBBLE_CUDA_MLA_QLAT16, else the default */
+
+extern "C" void nb_cuda_mla_force_qlat16(int on) { g_qlat16 = on == 0 || on == 1 ? on : -1; }
+
+static int qlat16_on(void)
+{
+    if (g_qlat16 >= 0) return g_qlat16;
+    static int env = -1; /* read once; a benign race reads the same value */
+    if (env < 0) {
+        const char *e = getenv("NIBBLE_CUDA_MLA_QLAT16");
+        env = e && (!strcmp(e, "0") || !strcmp(e, "1")) ? e[0] - '0' : NB_CUDA_MLA_QLAT16_DEFAULT;
+    }
+    return env;
+}
+
+static int g_wgst = -1; /* nb_cuda_mla_wg_force_stage; -1: NIBBLE_CUDA_MLA_WG_STAGE, else the default */
+
+extern "C" void nb_cuda_mla_wg_force_stage(int on) { g_wgst = on == 0 || on == 1 ? on : -1; }
+
+static int wg_stage_on(void)
+{
+    if (g_wgst >= 0) return g_wgst;
+    static int env = -1; /* read once; a benign race reads the same value */
+    if (env < 0) {
+        const char *e = getenv("NIBBLE_CUDA_MLA_WG_STAGE");
+        env = e && (!strcmp(e, "0") || !strcmp(e, "1")) ? e[0] - '0' : NB_CUDA_MLA_WG_STAGE_DEFAULT;
+    }
+    return env;
+}
 
 static size_t mma_smem(int r, int rope)
 {
@@ -693,10 +737,16 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
     const int one = bf && mla_terms(kern) == 1; /* or one term (mla.h nb_cuda_mla_force_terms) */
     const int two = bf && !one ? 2 : 1, hs = nope + vd;
     const int64_t T2 = (int64_t)two * T;
+    /* pool rows 16-byte aligned (the wg kernel's condition; dec copies them in 16-byte pieces) */
+    const int vec = ((uintptr_t)latent_pool->data % 16 == 0) && latent_pool->stride[0] % 4 == 0 &&
+                    ((uintptr_t)kpe_pool->data % 16 == 0) && kpe_pool->stride[0] % 4 == 0;
+    /* the wg kernel with one term: q_lat in BF16 straight from the first GEMM (mla.h) */
+    const int q16 = wg && vec && one && qlat16_on();
+    const int64_t qw = q16 ? r + rope : r; /* q16: [H][T][r + rope] BF16, q_pe BF16 in columns r .. */
 
     size_t off = 0;
     const size_t o_qb = bf ? carve(&off, (size_t)H * T2 * nope * 2) : 0;
-    const size_t o_ql = carve(&off, (size_t)H * T2 * r * 4);
+    const size_t o_ql = carve(&off, (size_t)H * T2 * qw * (q16 ? 2 : 4));
     const size_t o_ol = carve(&off, (size_t)H * T2 * r * (bf ? 2 : 4));
     const size_t o_o2 = bf && !one ? carve(&off, (size_t)H * T2 * vd * 4) : 0;
     const size_t o_pt = S > 1 ? carve(&off, (size_t)T * H * S * (2 + r) * 4) : 0;
@@ -720,8 +770,15 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
             k_mla_split_q<<<grid_for((int64_t)H * T * nope), 256, 0, stream>>>((const float *)q->data, q->stride[0],
                                                                                 q->stride[1], T, H, nope, qb, two);
         NB_CUDA_LAUNCHED("mla_attention split q");
-        NB_TRY(nb_cuda_mla_gemm(ctx, 1, 0, r, (int)T2, nope, wb, r, (int64_t)hs * r, qb, nope, T2 * nope, qlat, r,
-                                T2 * r, H, W.alpha));
+        if (q16) {
+            k_mla_qpe16<<<grid_for((int64_t)H * T * rope), 256, 0, stream>>>(
+                (const float *)q->data, q->stride[0], q->stride[1], T, H, nope, rope, r, (uint16_t *)qlat);
+            NB_CUDA_LAUNCHED("mla_attention q_pe bf16");
+            NB_TRY(nb_cuda_mla_gemm_c16(ctx, 0, r, (int)T2, nope, wb, r, (int64_t)hs * r, qb, nope, T2 * nope,
+                                        (uint16_t *)qlat, qw, T2 * qw, H, W.alpha));
+        } else
+            NB_TRY(nb_cuda_mla_gemm(ctx, 1, 0, r, (int)T2, nope, wb, r, (int64_t)hs * r, qb, nope, T2 * nope, qlat,
+                                    r, T2 * r, H, W.alpha));
     } else {
         NB_TRY(nb_cuda_mla_gemm(ctx, 0, 0, r, T, nope, wb, r, (int64_t)hs * r, q->data, q->stride[0], q->stride[1],
                                 qlat, r, (int64_t)T * r, H, W.alpha));
@@ -732,7 +789,8 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
     a.q = (const float *)q->data;
     a.qs0 = q->stride[0];
     a.qs1 = q->stride[1];
-    a.qlat = qlat;
+    a.qlat = q16 ? NULL : qlat;
+    a.qlat16 = q16 ? (const uint16_t *)qlat : NULL;
     a.two = two;
     a.lat = (const float *)latent_pool->data;
     a.kpe = (const float *)kpe_pool->data;
@@ -745,11 +803,12 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
     a.sel_stride = sel ? sel->stride : 0;
     a.scale = scale;
     a.T = T, a.H = H, a.r = r, a.rope = rope, a.nope = nope, a.Dp = Dp;
-    a.vec = ((uintptr_t)a.lat % 16 == 0) && a.ls0 % 4 == 0 && ((uintptr_t)a.kpe % 16 == 0) && a.ps0 % 4 == 0;
+    a.vec = vec;
     a.part = S > 1 ? (float *)(scr + o_pt) : NULL;
     a.o32 = bf ? NULL : (float *)(scr + o_ol);
     a.ob = bf ? (uint16_t *)(scr + o_ol) : NULL;
     a.ob1 = one;
+    a.wgst = q16 && wg_stage_on();
     static int attr_dev = -1, mma_attr_dev = -1; /* attributes set once per process for the opt-in maximum */
     if (!small && !(steps & 2)) {
     } else if (wg && a.vec) {

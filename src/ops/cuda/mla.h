@@ -37,6 +37,10 @@ nb_status nb_cuda_mla_weights(nb_ops_ctx *ctx, const nb_weight *kv_b, int slot, 
 nb_status nb_cuda_mla_gemm(nb_ops_ctx *ctx, int bf16, int trans_a, int m, int n, int k, const void *A, int64_t lda,
                            int64_t sa, const void *B, int64_t ldb, int64_t sb, float *C, int64_t ldc, int64_t sc,
                            int batch, float alpha);
+/* The same with BF16 A and B and a BF16 C (each element the F32 sum rounded to nearest). */
+nb_status nb_cuda_mla_gemm_c16(nb_ops_ctx *ctx, int trans_a, int m, int n, int k, const void *A, int64_t lda,
+                               int64_t sa, const void *B, int64_t ldb, int64_t sb, uint16_t *C, int64_t ldc,
+                               int64_t sc, int batch, float alpha);
 
 /* Tokens per pass of nb_cuda_mla_attention: its per-head buffers (q_lat, o_lat, their BF16
  * terms: ~0.57 MB per token on GLM-5, ~0.6 GB at this many tokens) are sized for one tile,
@@ -88,6 +92,20 @@ void nb_cuda_mla_force_gemm_steps(int mask);
  * against the CPU op instead of ~2e-3: bench/RESULTS.md, fourth session) and two elsewhere;
  * nb_cuda_mla_force_terms for tests (1, 2; else back to the environment / default). */
 void nb_cuda_mla_force_terms(int terms);
+/* The wg kernel's q (one BF16 term only): the first GEMM writes q_lat in BF16 and a small
+ * kernel q_pe beside it ([H][T][r + rope], the rounding the kernel applied itself when it
+ * loaded F32), so the kernel copies a token's q by cp.async while it finishes the previous
+ * item (P.latent and the outputs) instead of loading and converting it in between.
+ * NIBBLE_CUDA_MLA_QLAT16=0|1 (default NB_CUDA_MLA_QLAT16_DEFAULT);
+ * nb_cuda_mla_force_qlat16 for tests and timings (0, 1; else back to the environment). */
+void nb_cuda_mla_force_qlat16(int on);
+#define NB_CUDA_MLA_QLAT16_DEFAULT 1
+/* With the BF16 q (and one term, no KV split): the wg kernel's outputs written through shared
+ * memory (the last chunk's tile) and stored in whole 512-byte rows, instead of 4-byte stores
+ * straight from the accumulators. NIBBLE_CUDA_MLA_WG_STAGE=0|1 (default
+ * NB_CUDA_MLA_WG_STAGE_DEFAULT); nb_cuda_mla_wg_force_stage for tests (0, 1; else back). */
+void nb_cuda_mla_wg_force_stage(int on);
+#define NB_CUDA_MLA_WG_STAGE_DEFAULT 0
 /* Tests and timings: how the decode kernel copies pool rows into shared memory: 1 the bulk-copy
  * engine (cp.async.bulk completing on an mbarrier), 0 cp.async (anything else: back to
  * NIBBLE_CUDA_MLA_DEC_COPY=bulk|async, default bulk). Rows not 16-byte aligned take cp.async. */

@@ -12,6 +12,7 @@ typedef struct mla_args {
     const float *q; /* [T, H, nope + rope]: q_pe read from here */
     int64_t qs0, qs1;
     const float *qlat; /* [H][two * T][r]: row t (+ row T + t when two) */
+    const uint16_t *qlat16; /* or (the wg kernel, one term) BF16 [H][T][r + rope]: q_lat, then q_pe (mla.h) */
     int two;
     const float *lat, *kpe;
     int64_t ls0, ps0, pool_rows;
@@ -25,6 +26,7 @@ typedef struct mla_args {
     float *o32;      /* F32 output [H][T][r] */
     uint16_t *ob;    /* or BF16 hi/lo output [H][2T][r] */
     int ob1;         /* ob holds the hi term only: [H][T][r] (mla.h NIBBLE_CUDA_MLA_TERMS=1) */
+    int wgst;        /* the wg kernel's BF16 q form: outputs staged in shared memory (mla.h) */
 } mla_args;
 
 // Attended entries of token i: its causal length, or its clamped selection count.

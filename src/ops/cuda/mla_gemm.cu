@@ -190,9 +190,10 @@ static cublasStatus_t set_batch(cublasLtMatrixLayout_t l, int batch, int64_t str
     return cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride);
 }
 
-nb_status nb_cuda_mla_gemm(nb_ops_ctx *ctx, int bf16, int trans_a, int m_, int n_, int k_, const void *A, int64_t lda,
-                           int64_t sa, const void *B, int64_t ldb, int64_t sb, float *C, int64_t ldc, int64_t sc,
-                           int batch, float alpha)
+// c16: C is BF16 (rounded to nearest from the F32 sums), else F32.
+static nb_status mla_gemm(nb_ops_ctx *ctx, int bf16, int c16, int trans_a, int m_, int n_, int k_, const void *A,
+                          int64_t lda, int64_t sa, const void *B, int64_t ldb, int64_t sb, void *C, int64_t ldc,
+                          int64_t sc, int batch, float alpha)
 {
     nb_cuda_mla *m;
     NB_TRY(mla_state(ctx, &m));
@@ -204,15 +205,16 @@ nb_status nb_cuda_mla_gemm(nb_ops_ctx *ctx, int bf16, int trans_a, int m_, int n
     cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
     cublasLtMatmulPreference_t pref = NULL;
     cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
-    const uint32_t aa = align_of(A, lda, sa, es), alb = align_of(B, ldb, sb, es), ac = align_of(C, ldc, sc, 4);
-    const int64_t key[16] = {bf16, trans_a, m_, n_, k_, lda, sa, ldb, sb, ldc, sc, batch, aa, alb, ac, 1};
+    const uint32_t aa = align_of(A, lda, sa, es), alb = align_of(B, ldb, sb, es),
+                   ac = align_of(C, ldc, sc, c16 ? 2 : 4);
+    const int64_t key[16] = {bf16, trans_a, m_, n_, k_, lda, sa, ldb, sb, ldc, sc, batch, aa, alb, ac, 1 + c16};
     mla_algo *hit = NULL;
     MLA_LT_TRY(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     MLA_LT_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     MLA_LT_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     MLA_LT_TRY(cublasLtMatrixLayoutCreate(&la, ab, trans_a ? k_ : m_, trans_a ? m_ : k_, lda));
     MLA_LT_TRY(cublasLtMatrixLayoutCreate(&lb, ab, k_, n_, ldb));
-    MLA_LT_TRY(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, m_, n_, ldc));
+    MLA_LT_TRY(cublasLtMatrixLayoutCreate(&lc, c16 ? CUDA_R_16BF : CUDA_R_32F, m_, n_, ldc));
     MLA_LT_TRY(set_batch(la, batch, sa));
     MLA_LT_TRY(set_batch(lb, batch, sb));
     MLA_LT_TRY(set_batch(lc, batch, sc));
@@ -238,8 +240,8 @@ nb_status nb_cuda_mla_gemm(nb_ops_ctx *ctx, int bf16, int trans_a, int m_, int n
                                                         sizeof ac));
         MLA_LT_TRY(cublasLtMatmulAlgoGetHeuristic(m->lt, desc, la, lb, lc, lc, pref, 1, &res, &found));
         if (!found) {
-            st = nb_error(NB_ERR_UNSUPPORTED, "mla gemm: cuBLASLt has no algorithm for %s m=%d n=%d k=%d batch %d",
-                          bf16 ? "bf16" : "f32", m_, n_, k_, batch);
+            st = nb_error(NB_ERR_UNSUPPORTED, "mla gemm: cuBLASLt has no algorithm for %s m=%d n=%d k=%d batch %d%s",
+                          bf16 ? "bf16" : "f32", m_, n_, k_, batch, c16 ? " (BF16 output)" : "");
             goto done;
         }
         hit = &m->cache[m->next];
@@ -257,4 +259,18 @@ done:
     if (la) cublasLtMatrixLayoutDestroy(la);
     if (desc) cublasLtMatmulDescDestroy(desc);
     return st;
+}
+
+nb_status nb_cuda_mla_gemm(nb_ops_ctx *ctx, int bf16, int trans_a, int m_, int n_, int k_, const void *A, int64_t lda,
+                           int64_t sa, const void *B, int64_t ldb, int64_t sb, float *C, int64_t ldc, int64_t sc,
+                           int batch, float alpha)
+{
+    return mla_gemm(ctx, bf16, 0, trans_a, m_, n_, k_, A, lda, sa, B, ldb, sb, C, ldc, sc, batch, alpha);
+}
+
+nb_status nb_cuda_mla_gemm_c16(nb_ops_ctx *ctx, int trans_a, int m_, int n_, int k_, const void *A, int64_t lda,
+                               int64_t sa, const void *B, int64_t ldb, int64_t sb, uint16_t *C, int64_t ldc,
+                               int64_t sc, int batch, float alpha)
+{
+    return mla_gemm(ctx, 1, 1, trans_a, m_, n_, k_, A, lda, sa, B, ldb, sb, C, ldc, sc, batch, alpha);
 }

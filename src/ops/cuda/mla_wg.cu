@@ -175,13 +175,79 @@ __device__ __forceinline__ void wg_load_q(const mla_args &a, char *qs, int t, in
     }
 }
 
+// The same q already in BF16 (a.qlat16: [H][T][576], q_lat then q_pe): 64 rows x 72 pieces of
+// 16 bytes copied by cp.async, 18 per consumer thread, heads past H zero-filled. Asynchronous:
+// the caller waits (wg_q_wait) before the tile is read.
+__device__ __forceinline__ void wg_copy_q(const mla_args &a, char *qs, int t, int h0, int ct)
+{
+    const uint32_t q0 = (uint32_t)__cvta_generic_to_shared(qs);
+#pragma unroll
+    for (int k = 0; k < 18; k++) {
+        const int u = ct + 256 * k, hr = u / 72, j = u - hr * 72, h = h0 + hr;
+        const bool ok = h < a.H;
+        const uint16_t *src = a.qlat16 + ((int64_t)(ok ? h : 0) * a.T + t) * (WG_R + WG_ROPE) + 8 * j;
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(q0 + wg_off(hr, 2 * j)), "l"(src),
+                     "r"(ok ? 16 : 0)
+                     : "memory");
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// wg_copy_q for work item `item` when there is one (its token and head group only: no lookups).
+__device__ __forceinline__ void wg_copy_next_q(const mla_args &a, char *qs, int item, int n_items, int groups, int S,
+                                               int ct)
+{
+    if (item >= n_items) return;
+    const int tg = item / S, t = tg / groups;
+    wg_copy_q(a, qs, t, (tg - t * groups) * MLA_DEC_G, ct);
+}
+
+__device__ __forceinline__ void wg_q_wait() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+// The one-term BF16 output of one consumer warpgroup (columns 256cw .. 256cw + 255 of 64 heads)
+// through shared memory `st` (its own 4 k-tiles of the last chunk's tile, free once its
+// P.latent is done and both warpgroups are past that chunk's S): rows of 512 bytes with their
+// 16-byte units XOR row % 8 (no bank conflicts from the accumulator layout), then each row
+// stored whole by one warp, 16 bytes per lane.
+__device__ __forceinline__ void wg_put_staged(const mla_args &a, const float (&o)[128], float l0, float l1, char *st,
+                                              const wg_item &x, int wt, int cw, int w4, int g4, int q4)
+{
+    /* column unit i = 8a + b lands at unit 8a + (b ^ g4) (row % 8 == g4 for both rows) */
+    const float f0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, f1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+    const uint32_t r0 = (uint32_t)__cvta_generic_to_shared(st) + (16 * w4 + g4) * 512 + 4 * q4;
+#pragma unroll
+    for (int b = 0; b < 8; b++) {
+        const uint32_t p = r0 + ((b ^ g4) << 4);
+#pragma unroll
+        for (int a4 = 0; a4 < 4; a4++) {
+            const int i = 8 * a4 + b;
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(p + 128 * a4), "r"(mma_pack(o[4 * i] * f0, o[4 * i + 1] * f0))
+                         : "memory");
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(p + 128 * a4 + 8 * 512),
+                         "r"(mma_pack(o[4 * i + 2] * f1, o[4 * i + 3] * f1))
+                         : "memory");
+        }
+    }
+    if (cw) asm volatile("bar.sync 4, 128;\n" ::: "memory"); /* this warpgroup's stores */
+    else asm volatile("bar.sync 3, 128;\n" ::: "memory");
+#pragma unroll 4
+    for (int k = 0; k < 16; k++) {
+        const int u = wt + 128 * k, hr = u >> 5, j = u & 31, h = x.h0 + hr;
+        const uint4 v = *(const uint4 *)(st + hr * 512 + ((j ^ (hr & 7)) << 4));
+        if (h < a.H) *(uint4 *)(a.ob + ((int64_t)h * a.T + x.t) * WG_R + 256 * cw + 8 * j) = v;
+    }
+}
+
 // Items item = blockIdx.x, + gridDim.x, ... of n_items = T x head groups x S (s fastest): one
 // per block (grid = n_items), or a persistent grid of one block per SM, where the producer
 // streams the next item's rows while the consumers finish the last one and load its q.
 // RB: rows per producer warp in flight (2 or 4); PREG / CREG: the producer's and consumers'
 // registers (setmaxnreg; ptxas allocates each role's code within its figure: with none, the
 // consumers spill at the launch cap of 168).
-template <int RB, int PREG, int CREG>
+// Q16: q in BF16 (a.qlat16), copied by cp.async during the previous item (2: and the outputs
+// staged, a.wgst); 0: loaded from F32 and converted between items (a separate instantiation, so
+// that form compiles as before).
+template <int RB, int PREG, int CREG, int Q16>
 __global__ void __launch_bounds__(WG_THREADS, 1) k_mla_wg(mla_args a, int S, int n_items)
 {
 #if WG_ARCH
@@ -293,12 +359,23 @@ __global__ void __launch_bounds__(WG_THREADS, 1) k_mla_wg(mla_args a, int S, int
     int gc = 0;
     for (int item = blockIdx.x; item < n_items; item += gridDim.x) {
         const wg_item x = wg_decode(a, item, groups, S);
-        /* a later item: both consumer warpgroups are past the last one's S wgmmas (q is free) */
-        if (item != (int)blockIdx.x) asm volatile("bar.sync 1, 256;\n" ::: "memory");
-        if (a.two == 2) wg_load_q<9, 2>(a, qs, x.t, x.h0, ct);
-        else wg_load_q<18, 1>(a, qs, x.t, x.h0, ct);
+        if (Q16) {
+            /* BF16 q: copied asynchronously, for a later item since the last one's final S
+             * wgmmas (below); here only its arrival */
+            if (item == (int)blockIdx.x) wg_copy_q(a, qs, x.t, x.h0, ct);
+            wg_q_wait();
+        } else {
+            /* a later item: both consumer warpgroups are past the last one's S wgmmas (q is free) */
+            if (item != (int)blockIdx.x) asm volatile("bar.sync 1, 256;\n" ::: "memory");
+            if (a.two == 2) wg_load_q<9, 2>(a, qs, x.t, x.h0, ct);
+            else wg_load_q<18, 1>(a, qs, x.t, x.h0, ct);
+        }
         wg_proxy();
         asm volatile("bar.sync 1, 256;\n" ::: "memory");
+        bool q_next = false; /* BF16 q: the next item's copies issued */
+        /* outputs staged in the last chunk's tile and stored in whole rows (Q16, one term, no
+         * KV split, a.wgst): that tile is released after them, not after its P.latent */
+        const bool staged = Q16 == 2 && x.ch1 > x.ch0; /* Q16 2: S 1, one BF16 term (the launcher) */
 
         float o[128];
 #pragma unroll
@@ -371,17 +448,48 @@ __global__ void __launch_bounds__(WG_THREADS, 1) k_mla_wg(mla_args a, int S, int
                 wg_rs256(o, pa[j][0], pa[j][1], pa[j][2], pa[j][3],
                          wg_desc_mn(tb + 4 * cw * WG_TILE + j * 2048, WG_TILE, 1024));
             wg_commit();
+            if (Q16 && c == x.ch1 - 1) {
+                /* past the item's last S in both warpgroups: q takes the next item's copies,
+                 * which land during this P.latent and the outputs */
+                asm volatile("bar.sync 2, 256;\n" ::: "memory");
+                wg_copy_next_q(a, qs, item + gridDim.x, n_items, groups, S, ct);
+                q_next = true;
+            }
             wg_wait0();
 #pragma unroll
             for (int i = 0; i < 128; i++) wg_pin(o[i]);
-            wg_arrive(empty + b);
+            /* P stays allocated until the wait: the copies above must not reuse its registers
+             * while the tensor cores still read them */
+            if (Q16)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    asm volatile("" ::"r"(pa[j][0]), "r"(pa[j][1]), "r"(pa[j][2]), "r"(pa[j][3]) : "memory");
+            if (!(staged && c == x.ch1 - 1)) wg_arrive(empty + b);
         }
 
+        if (Q16 && !q_next) { /* an item without chunks: q was never read */
+            asm volatile("bar.sync 2, 256;\n" ::: "memory");
+            wg_copy_next_q(a, qs, item + gridDim.x, n_items, groups, S, ct);
+        }
         // outputs straight from the accumulators: row g4 / g4 + 8, columns 256cw + 8i + 2q4 + 0/1
         l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
         l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
         l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
         l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+        if (Q16 == 2) {
+            if (staged) {
+                wg_put_staged(a, o, l0, l1, kv + ((gc - 1) & 1) * WG_OPND + 4 * cw * WG_TILE, x, ct & 127, cw, w4, g4,
+                              q4);
+                wg_arrive(empty + ((gc - 1) & 1));
+            } else { /* nothing attended: zero rows */
+                for (int u = ct & 127; u < 64 * 32; u += 128) {
+                    const int h = x.h0 + (u >> 5);
+                    if (h < a.H)
+                        *(uint4 *)(a.ob + ((int64_t)h * a.T + x.t) * WG_R + 256 * cw + 8 * (u & 31)) = make_uint4(0, 0, 0, 0);
+                }
+            }
+            continue;
+        }
 #pragma unroll
         for (int hf = 0; hf < 2; hf++) {
             const int h = x.h0 + 16 * w4 + g4 + 8 * hf;
@@ -434,16 +542,16 @@ static int g_persist = -1; /* nb_cuda_mla_wg_force_persist; -1: NIBBLE_CUDA_MLA_
 
 extern "C" void nb_cuda_mla_wg_force_persist(int on) { g_persist = on == 0 || on == 1 ? on : -1; }
 
-template <int RB, int PREG, int CREG>
+template <int RB, int PREG, int CREG, int Q16>
 static nb_status wg_launch(const mla_args *a, int n_items, int S, int grid, int device, cudaStream_t stream)
 {
     static int attr_dev = -1; /* the opt-in shared memory, set once per process and device */
     if (attr_dev != device) {
-        NB_CUDA_TRY(cudaFuncSetAttribute(k_mla_wg<RB, PREG, CREG>, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM));
-        NB_CUDA_TRY(cudaFuncSetAttribute(k_mla_wg<RB, PREG, CREG>, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
+        NB_CUDA_TRY(cudaFuncSetAttribute(k_mla_wg<RB, PREG, CREG, Q16>, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM));
+        NB_CUDA_TRY(cudaFuncSetAttribute(k_mla_wg<RB, PREG, CREG, Q16>, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
         attr_dev = device;
     }
-    k_mla_wg<RB, PREG, CREG><<<(unsigned)grid, WG_THREADS, WG_SMEM, stream>>>(*a, S, n_items);
+    k_mla_wg<RB, PREG, CREG, Q16><<<(unsigned)grid, WG_THREADS, WG_SMEM, stream>>>(*a, S, n_items);
     NB_CUDA_LAUNCHED("mla_attention wg");
     return NB_OK;
 }
@@ -472,6 +580,13 @@ extern "C" nb_status nb_cuda_mla_wg_launch(const mla_args *a, int groups, int S,
     if (n_items > 0x7fffffff) return nb_error(NB_ERR_UNSUPPORTED, "mla_attention wg: %lld work items", (long long)n_items);
     const int grid = persist && n_items > sms ? sms : (int)n_items;
     /* registers: 168 x 3 per (producer, 2 consumer) thread triple; the consumers need 177-192 */
-    if (rb == 2) return wg_launch<2, 72, 216>(a, (int)n_items, S, grid, device, stream);
-    return wg_launch<4, 120, 192>(a, (int)n_items, S, grid, device, stream);
+    /* staged outputs: 2 producer rows only (at 4 the consumers' 192 registers spill) */
+    if (a->qlat16 && a->wgst && S == 1 && a->ob && a->ob1)
+        return wg_launch<2, 72, 216, 2>(a, (int)n_items, S, grid, device, stream);
+    if (a->qlat16) {
+        if (rb == 2) return wg_launch<2, 72, 216, 1>(a, (int)n_items, S, grid, device, stream);
+        return wg_launch<4, 120, 192, 1>(a, (int)n_items, S, grid, device, stream);
+    }
+    if (rb == 2) return wg_launch<2, 72, 216, 0>(a, (int)n_items, S, grid, device, stream);
+    return wg_launch<4, 120, 192, 0>(a, (int)n_items, S, grid, device, stream);
 }
