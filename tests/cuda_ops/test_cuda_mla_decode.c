@@ -149,14 +149,42 @@ static void batch_make(dec_batch *b, int B, int ctx)
         int64_t j = (int64_t)(tu_u32() % (uint32_t)(i + 1)), t = perm[i];
         perm[i] = perm[j], perm[j] = t;
     }
+    /* timing only: NB_TEST_MLA_POOL_GB=N spreads the pages over an N GB pool of 704-float rows
+     * (the engine's per-layer row with the DSA index keys), as the engine's KV pool does */
+    const char *pg = getenv("NB_TEST_MLA_POOL_GB");
+    const double gb = pg ? atof(pg) : 0.0;
+    const int64_t rw2 = 704, big_pages = (int64_t)(gb * (1 << 30) / (64.0 * rw2 * 4));
+    float *dpool;
+    int64_t ld = rw;
+    if (big_pages > pages) {
+        unsigned char *used = calloc((size_t)big_pages, 1);
+        dpool = nb_ops_alloc(tu_gpu, (size_t)big_pages * 64 * rw2 * 4);
+        NB_ASSERT(dpool && used);
+        tu_dev[tu_ndev++] = dpool;
+        for (int64_t i = 0; i < pages; i++) {
+            int64_t pgi;
+            do pgi = (int64_t)(((uint64_t)tu_u32() << 32 | tu_u32()) % (uint64_t)big_pages);
+            while (used[pgi]);
+            used[pgi] = 1;
+            perm[i] = pgi;
+            for (int r = 0; r < 64; r++)
+                NB_ASSERT(nb_ops_upload(tu_gpu, dpool + (pgi * 64 + r) * rw2, pool + (i * 64 + r) * rw, (size_t)rw * 4) ==
+                          NB_OK);
+        }
+        free(used);
+        ld = rw2;
+        fprintf(stderr, "    (pool: %lld pages of 64 rows spread over %.1f GB, rows of %lld floats)\n", (long long)pages,
+                gb, (long long)rw2);
+    }
     for (int64_t r = 0; r < rows; r++) table[r] = (int32_t)(perm[r / 64] * 64 + r % 64);
     b->di = (nb_attn_index){B, tu_up(pos, (size_t)B * 4), tu_up(base, (size_t)B * 4), tu_up(table, (size_t)rows * 4)};
-    float *dpool = tu_up(pool, pn * 4);
+    if (ld == rw) dpool = tu_up(pool, pn * 4);
     nb_tensor hq = nb_tensor_3d(q, F32, B, d.n_heads, qk);
     b->dq = tu_twin(&hq);
     b->dl = nb_tensor_2d(dpool, F32, rows, d.kv_lora_rank);
     b->dp = nb_tensor_2d(dpool + d.kv_lora_rank, F32, rows, d.qk_rope);
-    b->dl.stride[0] = b->dp.stride[0] = rw;
+    b->dl.stride[0] = b->dp.stride[0] = ld;
+    if (ld != rw) b->dl.shape[0] = b->dp.shape[0] = big_pages * 64; /* every row of the spread pool */
     b->dl.device = b->dp.device = NB_DEVICE_CUDA;
     const size_t on = (size_t)B * d.n_heads * d.v_dim;
     b->dout = nb_tensor_3d(tu_poisoned(on * 4), F32, B, d.n_heads, d.v_dim);

@@ -488,10 +488,10 @@ __global__ void __launch_bounds__(WG_THREADS, 1) k_mla_wg(mla_args a, int S, int
                         *(uint4 *)(a.ob + ((int64_t)h * a.T + x.t) * WG_R + 256 * cw + 8 * (u & 31)) = make_uint4(0, 0, 0, 0);
                 }
             }
-            continue;
         }
+        /* the direct stores (none in the staged form) */
 #pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
+        for (int hf = 0; hf < (Q16 == 2 ? 0 : 2); hf++) {
             const int h = x.h0 + 16 * w4 + g4 + 8 * hf;
             if (h >= a.H) continue;
             const float l = hf ? l1 : l0, m = hf ? m1 : m0;
