@@ -536,6 +536,8 @@ __device__ __forceinline__ void rope_pair_heads(const rope_part_dev *g, const nb
 // grid (token, chunk): every (head, pair) of every part has its own thread, so a decode
 // token's ~3100 pairs (GLM-5) run in one round over ~26 blocks.
 #define NB_ROPE_THREADS 128
+// HG: NB_ROPE_HG heads per thread (rope_pair_heads), else one (rope_pair).
+template <bool HG>
 __global__ void __launch_bounds__(NB_ROPE_THREADS) k_rope_pairs(rope_parts_dev p, const int32_t *pos)
 {
     nb_pdl_wait(); // before any global access (ops/cuda/pdl.cuh)
@@ -546,25 +548,11 @@ __global__ void __launch_bounds__(NB_ROPE_THREADS) k_rope_pairs(rope_parts_dev p
     const rope_part_dev *g = &p.part[i];
     const nb_rope *rope = &p.table[g->table];
     const int64_t w = (int64_t)(c - p.c0[i]) * NB_ROPE_THREADS + threadIdx.x;
-    if (w >= g->heads * (rope->dim / 2)) return;
+    const int64_t heads = HG ? (g->heads + NB_ROPE_HG - 1) / NB_ROPE_HG : g->heads;
+    if (w >= heads * (rope->dim / 2)) return;
     const int64_t t = blockIdx.x;
-    rope_pair(g, rope, t, (float)pos[t], w);
-}
-
-// The same grid with NB_ROPE_HG heads per thread (rope_pair_heads).
-__global__ void __launch_bounds__(NB_ROPE_THREADS) k_rope_pairs_hg(rope_parts_dev p, const int32_t *pos)
-{
-    nb_pdl_wait(); // before any global access (ops/cuda/pdl.cuh)
-    nb_pdl_trigger();
-    const int c = blockIdx.y;
-    int i = 0;
-    while (i + 1 < p.n && c >= p.c0[i + 1]) i++;
-    const rope_part_dev *g = &p.part[i];
-    const nb_rope *rope = &p.table[g->table];
-    const int64_t w = (int64_t)(c - p.c0[i]) * NB_ROPE_THREADS + threadIdx.x;
-    if (w >= (g->heads + NB_ROPE_HG - 1) / NB_ROPE_HG * (rope->dim / 2)) return;
-    const int64_t t = blockIdx.x;
-    rope_pair_heads(g, rope, t, (float)pos[t], w);
+    if (HG) rope_pair_heads(g, rope, t, (float)pos[t], w);
+    else rope_pair(g, rope, t, (float)pos[t], w);
 }
 
 // H200, 8-layer GLM-5 slice (bench/RESULTS.md, issue 9, eighth session): rope_n 0.284 -> 0.129
@@ -597,7 +585,7 @@ extern "C" nb_status nb_cuda_rope_n(nb_ops_ctx *ctx, int n, nb_tensor *const *x,
     const nb_rope *tabs[2] = {NULL, NULL};
     int n_tabs = 0;
     int64_t work = 32, chunks = 0;
-    const int hg = !nb_cuda_small_ops_legacy() && n > 0 && rope_heads_on(x[0]->shape[0]); /* k_rope_pairs_hg */
+    const int hg = !nb_cuda_small_ops_legacy() && n > 0 && rope_heads_on(x[0]->shape[0]); /* k_rope_pairs<true> */
     for (int i = 0; i < n; i++) {
         NB_TRY(nb_cuda_check_f32("rope", "x", x[i], 3));
         if (x[i]->shape[2] < rope[i]->dim)
@@ -629,7 +617,7 @@ extern "C" nb_status nb_cuda_rope_n(nb_ops_ctx *ctx, int n, nb_tensor *const *x,
         k_rope<<<dim3((unsigned)x[0]->shape[0], (unsigned)n), threads, 0, nb_cuda_stream(ctx)>>>(p, pos);
     } else {
         void *args[] = {&p, (void *)&pos};
-        NB_CUDA_TRY(nb_pdl_launch(hg ? (const void *)k_rope_pairs_hg : (const void *)k_rope_pairs,
+        NB_CUDA_TRY(nb_pdl_launch(hg ? (const void *)k_rope_pairs<true> : (const void *)k_rope_pairs<false>,
                                   dim3((unsigned)x[0]->shape[0], (unsigned)chunks), dim3(NB_ROPE_THREADS), 0,
                                   nb_cuda_stream(ctx), args));
     }

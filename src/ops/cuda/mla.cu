@@ -589,19 +589,26 @@ static int mla_terms(int kern)
 
 extern "C" void nb_cuda_mla_force_gemm_steps(int mask) { g_steps = mask > 0 && mask < 15 ? mask : 0; }
 
+// A 0/1 switch: the test's force (0, 1) if set, else the environment variable (read once; a
+// benign race reads the same value), else def.
+static int switch01(int force, const char *name, int *env, int def)
+{
+    if (force >= 0) return force;
+    if (*env < 0) {
+        const char *e = getenv(name);
+        *env = e && (!strcmp(e, "0") || !strcmp(e, "1")) ? e[0] - '0' : def;
+    }
+    return *env;
+}
+
 static int g_qlat16 = -1; /* nb_cuda_mla_force_qlat16; -1: NIBBLE_CUDA_MLA_QLAT16, else the default */
 
 extern "C" void nb_cuda_mla_force_qlat16(int on) { g_qlat16 = on == 0 || on == 1 ? on : -1; }
 
 static int qlat16_on(void)
 {
-    if (g_qlat16 >= 0) return g_qlat16;
-    static int env = -1; /* read once; a benign race reads the same value */
-    if (env < 0) {
-        const char *e = getenv("NIBBLE_CUDA_MLA_QLAT16");
-        env = e && (!strcmp(e, "0") || !strcmp(e, "1")) ? e[0] - '0' : NB_CUDA_MLA_QLAT16_DEFAULT;
-    }
-    return env;
+    static int env = -1;
+    return switch01(g_qlat16, "NIBBLE_CUDA_MLA_QLAT16", &env, NB_CUDA_MLA_QLAT16_DEFAULT);
 }
 
 static int g_wgst = -1; /* nb_cuda_mla_wg_force_stage; -1: NIBBLE_CUDA_MLA_WG_STAGE, else the default */
@@ -610,13 +617,8 @@ extern "C" void nb_cuda_mla_wg_force_stage(int on) { g_wgst = on == 0 || on == 1
 
 static int wg_stage_on(void)
 {
-    if (g_wgst >= 0) return g_wgst;
-    static int env = -1; /* read once; a benign race reads the same value */
-    if (env < 0) {
-        const char *e = getenv("NIBBLE_CUDA_MLA_WG_STAGE");
-        env = e && (!strcmp(e, "0") || !strcmp(e, "1")) ? e[0] - '0' : NB_CUDA_MLA_WG_STAGE_DEFAULT;
-    }
-    return env;
+    static int env = -1;
+    return switch01(g_wgst, "NIBBLE_CUDA_MLA_WG_STAGE", &env, NB_CUDA_MLA_WG_STAGE_DEFAULT);
 }
 
 static size_t mma_smem(int r, int rope)
