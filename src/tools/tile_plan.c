@@ -92,6 +92,10 @@ nb_status nb_tile_print_table(FILE *f, int sm)
                             nb_moe_wg16_smem_total(16 * (r + 1))};
         row(f, &c, lim);
     }
+    /* Their wide form (one row tile per warp, tiles of up to 128 tokens); m = 16 warps x 16. */
+    nb_tile_config wide = {"moe wgmma 16 warps, wide", 16 * 16, NB_MOE_WG_WIDE_TILE, 128, 0.5625, 2.0, 16, 0,
+                           NB_EPI_NONE, nb_moe_wgw_smem_total(NB_MOE_WG_WIDE_TILE)};
+    row(f, &wide, lim);
 
     /* Block-scaled FP4 x FP4 tiles (NVFP4, 16-element scale vectors), as CUTLASS's SM100/SM120
      * grouped GEMMs lay them out: the seeds' candidates. */

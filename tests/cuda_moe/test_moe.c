@@ -7,7 +7,8 @@
  *             (small-step kernel, routing scans, forced tile widths)
  *             and the wgmma kernel's (tile widths, wgmma depth, accumulator chains,
  *             warps per block, old), its widths in steps of 8 (moe_wgmma_n8,
- *             NIBBLE_MOE_WG_N8=1), and the producer/consumer wgmma kernel (moe_wgpc)
+ *             NIBBLE_MOE_WG_N8=1), its wide form (moe_wgmma_wide, NIBBLE_MOE_WG_WIDE), and the
+ *             producer/consumer wgmma kernel (moe_wgpc)
  *   shared:   the dense shared expert
  *   router_*: top-k router vs a CPU router written here (ids exact, weights 1e-5)
  * The repack round trip and the CPU op's agreement with the same float64 reference are
@@ -307,6 +308,8 @@ static const struct {
     {"48", "0", "2", "1", "16", "", "", "1"},    {"64", "-1", "2", "1", "8", "", "", "1"},
     {"16", "0", "2", "1", "8", "", "", "1"},     {"32", "0", "2", "1", "8", "", "", "1"},
     {"48", "0", "2", "1", "8", "", "", "1"},
+    /* NIBBLE_MOE_WG_N=128: the wide form (one row tile per warp, widths per tile) */
+    {"128", "0", "2", "1", "16", "", "", "1"},
 };
 
 static void wg_env(size_t c)
@@ -385,6 +388,44 @@ static void test_moe_wgmma_n8(void)
             moe_case(&big, 124, 1, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 3); /* ~31 per expert */
     }
     unsetenv("NIBBLE_MOE_WG_N8"), unsetenv("NIBBLE_MOE_WG_N"), unsetenv("NIBBLE_MOE_WG_W");
+    experts_free(&x);
+    experts_free(&big);
+}
+
+/* The wide form of the 16-warp wgmma kernel (ops/cuda/moe_wgmma_wide.cuh, NIBBLE_MOE_WG_WIDE=2:
+ * 128-token tiles, one row tile per warp, each tile at n64, n96 or n128). One expert takes
+ * T = 16 j + 1 and 16 j + 16 tokens (top-1), so each width runs with its narrowest and fullest
+ * tile; then a full tile plus a remainder, an expert's tiles side by
+ * side, mixed counts, skipped ids with out +=, GLM-5 shapes (~75 and ~150 per expert: the
+ * epilogue's gate/up hand-off at H 6144), 16384 tokens x top-8 (64 tiles per expert), and the
+ * ladder's own choice (NIBBLE_MOE_WG_WIDE=1) at ~100 tokens per expert. */
+static void test_moe_wgmma_wide(void)
+{
+    if (!gpu_or_skip() || !have_wgmma()) return;
+    seed();
+    experts x, big;
+    NB_CHECK(experts_make(&x, 16, 512, 256) == 0);
+    NB_CHECK(experts_make(&big, 4, 6144, 2048) == 0);
+    unsetenv("NIBBLE_MOE_WG"), unsetenv("NIBBLE_MOE_WG_A"), unsetenv("NIBBLE_MOE_WG_NS");
+    unsetenv("NIBBLE_MOE_WG_D"), unsetenv("NIBBLE_MOE_WG_C"), unsetenv("NIBBLE_MOE_WG_N");
+    unsetenv("NIBBLE_MOE_WG_W"), unsetenv("NIBBLE_MOE_WG_LEAN"), unsetenv("NIBBLE_MOE_WG_N8");
+    setenv("NIBBLE_MOE_WG_WIDE", "2", 1);
+    for (int j = 0; j < NB_MOE_WG_WIDE_TILE / 16; j++) {
+        moe_case(&x, 16 * j + 1, 1, ROUTE_ONE_HOT, NB_MOE_KERNEL_WGMMA, 0, 16);
+        moe_case(&x, 16 * j + 16, 1, ROUTE_ONE_HOT, NB_MOE_KERNEL_WGMMA, 0, 16);
+    }
+    moe_case(&x, NB_MOE_WG_WIDE_TILE + 5, 1, ROUTE_ONE_HOT, NB_MOE_KERNEL_WGMMA, 0, 12); /* full tile + 5 */
+    moe_case(&x, 300, 3, ROUTE_ONE_HOT, NB_MOE_KERNEL_WGMMA, 0, 16); /* 3 tiles side by side */
+    moe_case(&x, 200, 8, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 16); /* ~100 per expert */
+    moe_case(&x, 62, 8, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 12);  /* ~31 per expert, mixed */
+    moe_case(&x, 5, 4, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 1 << 30); /* fills no tile */
+    moe_case(&x, 40, 4, ROUTE_SKIP, NB_MOE_KERNEL_WGMMA, 1, 8);     /* ids of -1, out += */
+    moe_case(&big, 150, 2, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 3); /* ~75 per expert */
+    moe_case(&big, 300, 2, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 3); /* ~150: 128 + remainder */
+    moe_case(&x, 16384, 8, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 48);
+    setenv("NIBBLE_MOE_WG_WIDE", "1", 1);
+    moe_case(&x, 200, 8, ROUTE_UNIFORM, NB_MOE_KERNEL_AUTO, 0, 16);
+    unsetenv("NIBBLE_MOE_WG_WIDE");
     experts_free(&x);
     experts_free(&big);
 }
@@ -606,7 +647,7 @@ static const nb_test tests[] = {
     {"moe_small", test_moe_small}, {"moe_big_t", test_moe_big_t},
     {"moe_glm5_shape", test_moe_glm5_shape}, {"moe_stream_variants", test_moe_stream_variants},
     {"moe_wgmma_variants", test_moe_wgmma_variants}, {"moe_wgmma_n8", test_moe_wgmma_n8},
-    {"moe_wgpc", test_moe_wgpc},
+    {"moe_wgmma_wide", test_moe_wgmma_wide}, {"moe_wgpc", test_moe_wgpc},
     {"shared", test_shared},   {"router", test_router},
 };
 

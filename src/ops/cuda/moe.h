@@ -80,10 +80,12 @@ static inline size_t nb_moe_wg_smem_bytes(int nmax, int a_smem)
     return a_smem ? (size_t)NB_MOE_WG_SS_STAGES * stage + 2u * 32768u : (size_t)NB_MOE_WG_STAGES * stage;
 }
 /* All of a wgmma block's shared memory (what the launcher checks against the opt-in limit):
- * the dynamic part, its alignment slack, the row offsets and the two item slots. */
+ * the dynamic part, its alignment slack, the row offsets, the two item slots and the down
+ * epilogue's column table (a token and a weight per column of the widest tile, 1 KB). */
+#define NB_MOE_WG_COLTAB_BYTES (8u * 128u)
 static inline size_t nb_moe_wg_smem_total(int nmax, int a_smem)
 {
-    return nb_moe_wg_smem_bytes(nmax, a_smem) + 1024u + 8u * (size_t)nmax + 8u;
+    return nb_moe_wg_smem_bytes(nmax, a_smem) + 1024u + 8u * (size_t)nmax + 8u + NB_MOE_WG_COLTAB_BYTES;
 }
 /* The same for the wgmma kernel's 16-warp blocks (four warpgroups, A in registers, 4 stages
  * of 128 * 2 * nmax + 16 * 2560 bytes; moe_launch_wg uses them for 16-48-token tiles; 64
@@ -91,7 +93,20 @@ static inline size_t nb_moe_wg_smem_total(int nmax, int a_smem)
 #define NB_MOE_WG16_STAGES 4
 static inline size_t nb_moe_wg16_smem_total(int nmax)
 {
-    return (size_t)NB_MOE_WG16_STAGES * (128u * 2u * (size_t)nmax + 16u * 2560u) + 1024u + 8u * (size_t)nmax + 8u;
+    return (size_t)NB_MOE_WG16_STAGES * (128u * 2u * (size_t)nmax + 16u * 2560u) + 1024u + 8u * (size_t)nmax + 8u +
+           NB_MOE_WG_COLTAB_BYTES;
+}
+
+/* The 16-warp blocks' wide form (one 16-row weight tile per warp, token tiles of up to
+ * NB_MOE_WG_WIDE_TILE tokens multiplied at n64, n96 or n128, the narrowest covering each; 4
+ * stages of 128 * 2 * nmax + 16 * 1280 bytes: 210 KiB at 128 tokens). NIBBLE_MOE_WG_WIDE picks
+ * it (default NB_MOE_WG_WIDE_DEFAULT: 1, from 56 tokens per expert and 4 waves of items). */
+#define NB_MOE_WG_WIDE_TILE 128
+#define NB_MOE_WG_WIDE_DEFAULT 1
+static inline size_t nb_moe_wgw_smem_total(int nmax)
+{
+    return (size_t)NB_MOE_WG16_STAGES * (128u * 2u * (size_t)nmax + 16u * 1280u) + 1024u + 8u * (size_t)nmax + 8u +
+           NB_MOE_WG_COLTAB_BYTES;
 }
 
 /* Bytes of the repacked weight codes and scales of one [n, k] matrix (the same as the

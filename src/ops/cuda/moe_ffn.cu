@@ -725,9 +725,9 @@ static const moe_stream_cfg *moe_stream_config(void)
 // Token fragments per warp: 1 in the stream kernel up to 4 tokens per expert, else 2; the
 // mma kernel 4, or 8 (64-token tiles) from 48 tokens per expert; the wgmma kernel 64-token
 // tiles (each multiplied at the narrowest width that covers it).
-static int moe_nt(nb_moe_kernel k, double tokens_per_expert)
+static int moe_nt(nb_moe_kernel k, double tokens_per_expert, int slots, int hidden, int inter)
 {
-    if (k == NB_MOE_KERNEL_WGMMA) return moe_wg_tile_tokens(tokens_per_expert) / 8;
+    if (k == NB_MOE_KERNEL_WGMMA) return moe_wg_tile_tokens(tokens_per_expert, slots, hidden, inter) / 8;
     if (k == NB_MOE_KERNEL_MMA) return tokens_per_expert >= 48.0 ? 2 * NB_MOE_NT_MMA : NB_MOE_NT_MMA;
     if (moe_stream_config()->nt) return moe_stream_config()->nt;
     return tokens_per_expert <= 4.0 ? 1 : 2;
@@ -870,7 +870,7 @@ static nb_status moe_forward_impl(const nb_moe_weights_dev *w, const nb_moe_desc
     nb_moe_kernel k = d->kernel != NB_MOE_KERNEL_AUTO
                           ? d->kernel
                           : nb_moe_pick_kernel(d->tokens, topk, w->experts, w->hidden, w->inter, moe_sm_arch());
-    const int nt = moe_nt(k, (double)d->tokens * topk / w->experts);
+    const int nt = moe_nt(k, (double)d->tokens * topk / w->experts, d->tokens * topk, w->hidden, w->inter);
     const moe_stream_cfg *cfg = moe_stream_config();
     // A plain launch, never a programmatic (PDL) one: moe_ffn_small_kernel reads the ids before
     // its griddepcontrol.wait, relying on this kernel starting only once their producer is done.

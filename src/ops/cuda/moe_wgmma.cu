@@ -32,6 +32,7 @@
 // Tests: tests/cuda_moe/test_moe.c (kernel "wgmma", moe_wgmma_variants, moe_wgmma_n8); timing:
 // nibble bench-moe --kernel wgmma, scripts/device-moe-wg.sh (old and new side by side),
 // scripts/device-moe-n8.sh (NIBBLE_MOE_WG_N8=0 vs 1).
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,16 @@
 #define MOE_WG_PERM_KTILES(w) ((w) * 64)                  // 64-wide k-tiles of x one permuting item rewrites
 
 // ---- items ---------------------------------------------------------------------------------
+
+// A down item's column table, written by moe_wg_kernel when it takes the item and read by the
+// epilogues: each column's token (slot / topk) and its routing weight times the accumulator's
+// scale, one division and two loads per column instead of per thread and value (Nsight
+// Compute on the wide form at 8192 tokens: the down epilogue's address work and dependent
+// loads were ~10 % of the warps' stall samples). Sized for the widest tile; counted in
+// moe.h's shared-memory totals (NB_MOE_WG_COLTAB_BYTES).
+__shared__ int moe_wg_tok[NB_MOE_WG_WIDE_TILE];
+__shared__ float moe_wg_rw[NB_MOE_WG_WIDE_TILE];
+static_assert(NB_MOE_WG_COLTAB_BYTES == 8 * NB_MOE_WG_WIDE_TILE, "moe.h counts the column table");
 
 // Rewrites MOE_WG_PERM_KTILES k-tiles of x (from k-tile `first` on) in wgmma order into xp:
 // word 8u + 2s + h of a k-tile (real k 16u + 4s + 2h, +1) goes to word 8s + 4h + u.
@@ -277,7 +288,7 @@ __device__ __forceinline__ void moe_wg_item(const moe_params &p, char *ring, cha
 #pragma unroll
         for (int i = 0; i < N / 2; i++) da[0][i] += da[c][i], db[0][i] += db[c][i];
 
-    moe_wg_epilogue<N, DN>(p, da[0], db[0], e, start, cnt, pair);
+    moe_wg_epilogue<N, DN>(p, da[0], db[0], e, start, cnt, pair, moe_wg_tok, moe_wg_rw);
     __syncthreads();  // the ring and row[] are reused by the next item
 #else
     __trap();  // launched only on sm_90 devices of an sm_90a build (moe_launch_wg)
@@ -424,12 +435,14 @@ __device__ __forceinline__ void moe_wg_item_lean(const moe_params &p, char *ring
     wg_wait<0>();
 #pragma unroll
     for (int i = 0; i < N / 2; i++) wg_pin(da[i]), wg_pin(db[i]);
-    moe_wg_epilogue<N, DN>(p, da, db, e, start, cnt, pair);
+    moe_wg_epilogue<N, DN>(p, da, db, e, start, cnt, pair, moe_wg_tok, moe_wg_rw);
     __syncthreads();  // the ring and row[] are reused by the next item
 #else
     __trap();
 #endif
 }
+
+#include "ops/cuda/moe_wgmma_wide.cuh"
 
 // NIBBLE_MOE_WG_N8 (NS == -8): the tile's token count rounded up to a multiple of 8, N
 // from 8 up to NW (the wgmma m64nNk16 widths in steps of 8), so a 31-token tile issues n32
@@ -469,7 +482,9 @@ __device__ __forceinline__ void moe_wg_dispatch(const moe_params &p, char *ring,
                                                 int4 tl, int rb)
 {
     static_assert(!L || (AS == 0 && D == 2 && C == 1 && NS != -8), "the lean loop is the register path at D 2, C 1");
-    if constexpr (NS == -8) {
+    if constexpr (L == 2) {
+        moe_wgw_dispatch<DN, W>(p, ring, row, tl, rb);  // the wide form: widths per tile
+    } else if constexpr (NS == -8) {
         moe_wg_item_n8<8, DN, AS, NW, D, C, W>(p, ring, abuf, row, tl, rb);
     } else if constexpr (NS < 0) {
         switch ((tl.z + 15) >> 4) {
@@ -506,7 +521,8 @@ __global__ void __launch_bounds__(W * 32, 1) moe_wg_kernel(moe_params p)
     char *ring = abuf + (AS ? 2 * MOE_WG_ABUF : 0);  // [A buffers (AS)] [ring]
     griddep_wait();
     const int n_tiles = *p.n_tiles;
-    const int rb_gu = p.inter / 16 / W, rb_dn = p.hidden / 32 / W;
+    // Items per tile: pairs of 16-row tiles per warp, or one (the wide form, L == 2).
+    const int rb_gu = p.inter / 16 / (L == 2 ? W / 2 : W), rb_dn = p.hidden / (L == 2 ? 16 : 32) / W;
     const long long n_ktiles = (long long)p.tokens * p.hidden / 64;
     const int n_z = (int)((p.zero_elems + MOE_ZERO_CHUNK - 1) / MOE_ZERO_CHUNK);
     const int n_pre = n_z + (int)((n_ktiles + MOE_WG_PERM_KTILES(W) - 1) / MOE_WG_PERM_KTILES(W));
@@ -539,9 +555,14 @@ __global__ void __launch_bounds__(W * 32, 1) moe_wg_kernel(moe_params p)
         const int4 tl = p.tiles[ti];
         if (threadIdx.x < NMAX) {
             const int r = threadIdx.x, pos = tl.y + r;
-            s_row[r] = r >= tl.z ? -1
-                       : dn      ? (long long)pos * p.inter
-                                 : (long long)(p.sorted[pos] / p.topk) * p.hidden;
+            const int slot = r < tl.z ? p.sorted[pos] : 0;
+            s_row[r] = r >= tl.z ? -1 : dn ? (long long)pos * p.inter : (long long)(slot / p.topk) * p.hidden;
+            // The down epilogue's column table: one division and two loads per column and item
+            // instead of per thread and value.
+            if (dn && r < tl.z) {
+                moe_wg_tok[r] = slot / p.topk;
+                moe_wg_rw[r] = (p.route_w ? p.route_w[slot] : 1.0f) * (MOE_ACC_FIX * p.g2[tl.x]);
+            }
         }
         if (threadIdx.x == 0) {
             if (dn)
@@ -565,9 +586,9 @@ size_t moe_wg_dyn_smem(int nmax, int a_smem) { return nb_moe_wg_smem_bytes(nmax,
 // Dynamic shared memory of a block of w warps (the ring, the expanded-A buffers, 1 KB of
 // alignment slack); what moe.h's nb_moe_wg_smem_total / nb_moe_wg16_smem_total (nibble
 // plan-tiles) count, less the static row offsets and item slots.
-static size_t moe_wg_dyn_smem_w(int nmax, int a_smem, int w)
+static size_t moe_wg_dyn_smem_w(int nmax, int a_smem, int w, int wide)
 {
-    const size_t stage = (size_t)MOE_WG_STAGE_BYTES(nmax, w);
+    const size_t stage = (size_t)(wide ? MOE_WGW_STAGE_BYTES(nmax, w) : MOE_WG_STAGE_BYTES(nmax, w));
     return (size_t)MOE_WG_RING(a_smem, w) * stage + (a_smem ? 2u * MOE_WG_ABUF : 0u) + 1024u;
 }
 
@@ -588,9 +609,11 @@ static nb_status moe_launch_wg_t(const moe_params &p, int sms, cudaStream_t st)
     if ((p.inter / 16) % W || (p.hidden / 32) % W)
         return nb_error(NB_ERR_UNSUPPORTED, "moe: wgmma kernel of %d warps needs inter %% %d == 0 and hidden %% %d == 0 "
                         "(inter %d, hidden %d)", W, 16 * W, 32 * W, p.inter, p.hidden);
-    const size_t dyn = moe_wg_dyn_smem_w(NMAX, AS, W);
-    const size_t smem = dyn + sizeof(long long) * NMAX + 2 * sizeof(int);  // + s_row + s_item
-    NB_ASSERT(smem == (W == 16 ? nb_moe_wg16_smem_total(NMAX) : nb_moe_wg_smem_total(NMAX, AS)));
+    const size_t dyn = moe_wg_dyn_smem_w(NMAX, AS, W, L == 2);
+    const size_t smem = dyn + sizeof(long long) * NMAX + 2 * sizeof(int) + NB_MOE_WG_COLTAB_BYTES;  // + s_row, s_item
+    NB_ASSERT(smem == (L == 2    ? nb_moe_wgw_smem_total(NMAX)
+                       : W == 16 ? nb_moe_wg16_smem_total(NMAX)
+                                 : nb_moe_wg_smem_total(NMAX, AS)));
     if (smem > (size_t)optin)
         return nb_error(NB_ERR_UNSUPPORTED,
                         "moe: wgmma kernel with %d-token tiles and %d warps needs %zu bytes of shared memory, the "
@@ -626,6 +649,7 @@ struct moe_wg_variant {
 };
 #define MOE_WG_V(NW, NS, AS, D, C, W) {NW, NS, AS, D, C, W, 0, moe_launch_wg_t<NW, NS, AS, D, C, W, 0>}
 #define MOE_WG_VL(NW, NS, W) {NW, NS, 0, 2, 1, W, 1, moe_launch_wg_t<NW, NS, 0, 2, 1, W, 1>}
+#define MOE_WG_VW(NW) {NW, 0, 0, 2, 1, 16, 2, moe_launch_wg_t<NW, 0, 0, 2, 1, 16, 2>}
 static const moe_wg_variant moe_wg_variants[] = {
     MOE_WG_V(64, -1, 0, 2, 1, 8),  MOE_WG_V(64, -1, 1, 2, 1, 8),  // old: registers / shared-memory A
     MOE_WG_V(16, 0, 0, 2, 1, 8),   MOE_WG_V(32, 0, 0, 2, 1, 8),   MOE_WG_V(48, 0, 0, 2, 1, 8),
@@ -643,6 +667,9 @@ static const moe_wg_variant moe_wg_variants[] = {
     MOE_WG_VL(16, 0, 16),  MOE_WG_VL(32, 16, 16), MOE_WG_VL(48, 32, 16), MOE_WG_VL(32, 0, 16),
     MOE_WG_VL(48, 0, 16),  MOE_WG_VL(64, -1, 8),  MOE_WG_VL(16, 0, 8),   MOE_WG_VL(32, 0, 8),
     MOE_WG_VL(48, 0, 8),
+    // The wide form (moe_wgmma_wide.cuh): one row tile per warp, 128-token tiles, widths per
+    // tile n64, n96 or n128.
+    MOE_WG_VW(NB_MOE_WG_WIDE_TILE),
 };
 
 static int moe_wg_env_int(const char *name, int dflt)
@@ -668,12 +695,31 @@ static int moe_wg_pc(void)
     return wg && !strcmp(wg, "pc");
 }
 
-int moe_wg_tile_tokens(double tokens_per_expert)
+// NIBBLE_MOE_WG_WIDE: 0 never the wide form, 1 (the default) from more than
+// MOE_WG_WIDE_FROM tokens per expert with at least 4 waves of its items, 2 wherever the
+// 16-warp kernel can run (A/B runs). H200, GLM-5 layer, uniform routing (bench/RESULTS.md,
+// issue 8, ninth session): 1536 tokens (48 per expert) 3.18 -> 3.40 ms, 2048 (64) 4.26 ->
+// 3.87, 8192 12.9 -> 12.2; one dense expert (bench-gemm) 1024 tokens, 2.4 waves, 0.24 -> 0.31,
+// 2048 tokens 0.44 -> 0.38.
+#define MOE_WG_WIDE_FROM 56.0
+static int moe_wg_wide(void)
+{
+    const int v = moe_wg_env_int("NIBBLE_MOE_WG_WIDE", NB_MOE_WG_WIDE_DEFAULT);
+    return v >= 0 && v <= 2 ? v : NB_MOE_WG_WIDE_DEFAULT;
+}
+
+int moe_wg_tile_tokens(double tokens_per_expert, int slots, int hidden, int inter)
 {
     int as;
     if (moe_wg_old(&as)) return NB_MOE_WG_TILE;
     const int forced = moe_wg_env_int("NIBBLE_MOE_WG_N", 0);
-    if (forced == 16 || forced == 32 || forced == 48 || forced == 64) return forced;
+    if (forced == 16 || forced == 32 || forced == 48 || forced == 64 || forced == NB_MOE_WG_WIDE_TILE) return forced;
+    const int wide = moe_wg_wide(), w16 = inter % 256 == 0 && hidden % 512 == 0;
+    // At least slots / 128 tiles, each inter / 128 + hidden / 256 items.
+    const double items = ceil((double)slots / NB_MOE_WG_WIDE_TILE) * (inter / 128 + hidden / 256);
+    if (w16 && !moe_wg_pc() &&
+        (wide == 2 || (wide == 1 && tokens_per_expert > MOE_WG_WIDE_FROM && items >= 4.0 * 132)))
+        return NB_MOE_WG_WIDE_TILE;
     // The producer/consumer kernel has at most 112 registers per consumer thread: 48-token
     // tiles at most (64 would serialize its wgmmas).
     if (moe_wg_pc()) return tokens_per_expert <= 10.0 ? 16 : tokens_per_expert <= 24.0 ? 32 : 48;
@@ -689,6 +735,14 @@ nb_status moe_launch_wg(const moe_params &p, int nmax, int sms, cudaStream_t st)
     int as, nw = nmax, ns, d, c, w;
     // Shapes it cannot take (inter % 256, hidden % 512) stay on this file's kernels.
     if (!moe_wg_old(&as) && moe_wg_pc() && moe_wgpc_fits(p.hidden, p.inter)) return moe_launch_wgpc(p, nmax, sms, st);
+    if (nw == NB_MOE_WG_WIDE_TILE && !moe_wg_old(&as)) {
+        // The wide form: one build (16 warps, widths per tile); the 16-warp shapes only.
+        if (p.inter % 256 || p.hidden % 512)
+            return nb_error(NB_ERR_UNSUPPORTED, "moe: %d-token wgmma tiles need inter %% 256 == 0 and hidden %% 512 == 0 "
+                            "(inter %d, hidden %d)", nw, p.inter, p.hidden);
+        for (size_t i = 0; i < sizeof moe_wg_variants / sizeof moe_wg_variants[0]; i++)
+            if (moe_wg_variants[i].lean == 2 && moe_wg_variants[i].nw == nw) return moe_wg_variants[i].fn(p, sms, st);
+    }
     if (moe_wg_old(&as)) {
         if (nmax != NB_MOE_WG_TILE)
             return nb_error(NB_ERR_INVALID_ARG, "moe: the old wgmma kernel takes %d-token tiles, not %d",

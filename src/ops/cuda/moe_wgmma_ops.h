@@ -313,9 +313,13 @@ struct moe_wg_mma_ss<64> {
 // down adds its rows, times the routing weight, into out. D fragment of warp w: n8 block j,
 // i = 0..3 -> row g + 8 (i >> 1), token 8j + 2t + (i & 1) (mma.sync's C layout per n8 block),
 // rows of this warp's own 16-row tiles.
+// Down items with a column table (tok, rw: the tile's token rows and routing weights times
+// the accumulator's scale, written once per item by the kernel, moe_wgmma.cu) read it from
+// shared memory; without (moe_wgpc.cu) each thread looks its columns up itself.
 template <int N, bool DN>
 __device__ __forceinline__ void moe_wg_epilogue(const moe_params &p, const float (&da)[N / 2], const float (&db)[N / 2],
-                                                int e, int start, int cnt, int pair)
+                                                int e, int start, int cnt, int pair, const int *tok = nullptr,
+                                                const float *rw_tab = nullptr)
 {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     if (!DN) {
@@ -339,9 +343,15 @@ __device__ __forceinline__ void moe_wg_epilogue(const moe_params &p, const float
             for (int i = 0; i < 4; i++) {
                 const int col = j * 8 + 2 * t + (i & 1), r = 2 * pair * 16 + g + (i >> 1) * 8;
                 if (col < cnt) {
-                    const int slot = p.sorted[start + col];
-                    const float rw = (p.route_w ? p.route_w[slot] : 1.0f) * f;
-                    float *o = p.out + (size_t)(slot / p.topk) * p.hidden + r;
+                    float *o;
+                    float rw;
+                    if (tok) {
+                        o = p.out + (size_t)tok[col] * p.hidden + r, rw = rw_tab[col];
+                    } else {
+                        const int slot = p.sorted[start + col];
+                        rw = (p.route_w ? p.route_w[slot] : 1.0f) * f;
+                        o = p.out + (size_t)(slot / p.topk) * p.hidden + r;
+                    }
                     atomicAdd(o, da[4 * j + i] * rw);
                     atomicAdd(o + 16, db[4 * j + i] * rw);
                 }
