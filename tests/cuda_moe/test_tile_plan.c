@@ -26,17 +26,22 @@ static void test_sums(void)
     NB_CHECK_STATUS(nb_tile_check(&c, 121), NB_ERR_INVALID_ARG);
     /* The wgmma kernel: stages of 64 tokens x 128 k x 2 bytes + 8 warps x (2 KiB codes + 512 B
      * scales), 4 of them + 2 x 32 KiB of expanded weights, or 5; + 1 KiB alignment + 64 row
-     * offsets + 2 item slots. Both fit sm_90's 227 KiB, neither sm_120's 99 KiB. */
-    NB_CHECK(nb_moe_wg_smem_total(64, 1) == 4 * (16384 + 20480) + 65536 + 1024 + 512 + 8);
-    NB_CHECK(nb_moe_wg_smem_total(64, 0) == 5 * (16384 + 20480) + 1024 + 512 + 8);
+     * offsets + 2 item slots + the down epilogue's column table (128 x (token, weight)). Both
+     * fit sm_90's 227 KiB, neither sm_120's 99 KiB. */
+    NB_CHECK(NB_MOE_WG_COLTAB_BYTES == 1024);
+    NB_CHECK(nb_moe_wg_smem_total(64, 1) == 4 * (16384 + 20480) + 65536 + 1024 + 512 + 8 + 1024);
+    NB_CHECK(nb_moe_wg_smem_total(64, 0) == 5 * (16384 + 20480) + 1024 + 512 + 8 + 1024);
     NB_CHECK(nb_moe_wg_smem_total(64, 1) <= nb_tile_smem_limit(90));
     NB_CHECK(nb_moe_wg_smem_total(64, 0) > nb_tile_smem_limit(120));
     /* Its 16-warp blocks: 4 stages of tokens + 16 warps x 2.5 KiB; even 64-token tiles fit
-     * sm_90 (225.5 KiB), none sm_120. */
-    NB_CHECK(nb_moe_wg16_smem_total(48) == 4 * (12288 + 40960) + 1024 + 384 + 8);
-    NB_CHECK(nb_moe_wg16_smem_total(64) == 4 * (16384 + 40960) + 1024 + 512 + 8);
+     * sm_90 (226.5 KiB), none sm_120. */
+    NB_CHECK(nb_moe_wg16_smem_total(48) == 4 * (12288 + 40960) + 1024 + 384 + 8 + 1024);
+    NB_CHECK(nb_moe_wg16_smem_total(64) == 4 * (16384 + 40960) + 1024 + 512 + 8 + 1024);
     NB_CHECK(nb_moe_wg16_smem_total(64) <= nb_tile_smem_limit(90));
     NB_CHECK(nb_moe_wg16_smem_total(16) > nb_tile_smem_limit(120));
+    /* The wide form: 4 stages of 128 tokens + 16 warps x 1.25 KiB (one row tile each): 211 KiB. */
+    NB_CHECK(nb_moe_wgw_smem_total(NB_MOE_WG_WIDE_TILE) == 4 * (32768 + 20480) + 1024 + 1024 + 8 + 1024);
+    NB_CHECK(nb_moe_wgw_smem_total(NB_MOE_WG_WIDE_TILE) <= nb_tile_smem_limit(90));
 }
 
 static void test_table(void)
@@ -53,6 +58,7 @@ static void test_table(void)
     NB_CHECK(strstr(buf, "moe stream (8 tokens)") != NULL);
     NB_CHECK(strstr(buf, "moe wgmma, A in smem") != NULL);
     NB_CHECK(strstr(buf, "moe wgmma 16 warps") != NULL);
+    NB_CHECK(strstr(buf, "moe wgmma 16 warps, wide") != NULL);
     free(buf);
     fclose(f);
     NB_CHECK_STATUS(nb_tile_print_table(stdout, 7), NB_ERR_INVALID_ARG);
