@@ -584,8 +584,9 @@ __global__ void __launch_bounds__(W * 32, 1) moe_wg_kernel(moe_params p)
 size_t moe_wg_dyn_smem(int nmax, int a_smem) { return nb_moe_wg_smem_bytes(nmax, a_smem) + 1024; }
 
 // Dynamic shared memory of a block of w warps (the ring, the expanded-A buffers, 1 KB of
-// alignment slack); what moe.h's nb_moe_wg_smem_total / nb_moe_wg16_smem_total (nibble
-// plan-tiles) count, less the static row offsets and item slots.
+// alignment slack); what moe.h's nb_moe_wg_smem_total / nb_moe_wg16_smem_total /
+// nb_moe_wgw_smem_total (nibble plan-tiles) count, less the static row offsets, item slots and
+// column table.
 static size_t moe_wg_dyn_smem_w(int nmax, int a_smem, int w, int wide)
 {
     const size_t stage = (size_t)(wide ? MOE_WGW_STAGE_BYTES(nmax, w) : MOE_WG_STAGE_BYTES(nmax, w));
@@ -697,10 +698,10 @@ static int moe_wg_pc(void)
 
 // NIBBLE_MOE_WG_WIDE: 0 never the wide form, 1 (the default) from more than
 // MOE_WG_WIDE_FROM tokens per expert with at least 4 waves of its items, 2 wherever the
-// 16-warp kernel can run (A/B runs). H200, GLM-5 layer, uniform routing (bench/RESULTS.md,
-// issue 8, ninth session): 1536 tokens (48 per expert) 3.18 -> 3.40 ms, 2048 (64) 4.26 ->
-// 3.87, 8192 12.9 -> 12.2; one dense expert (bench-gemm) 1024 tokens, 2.4 waves, 0.24 -> 0.31,
-// 2048 tokens 0.44 -> 0.38.
+// 16-warp kernel can run (A/B runs). H200, GLM-5 layer, uniform routing, before the column
+// table (bench/RESULTS.md, issue 8, ninth session, call 1): 1536 tokens (48 per expert) 3.18
+// -> 3.40 ms, 2048 (64) 4.26 -> 3.87, 8192 13.5 -> 12.2; one dense expert (bench-gemm) 1024
+// tokens, 2.4 waves, 0.24 -> 0.31, 2048 tokens 0.44 -> 0.38.
 #define MOE_WG_WIDE_FROM 56.0
 static int moe_wg_wide(void)
 {
