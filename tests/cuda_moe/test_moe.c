@@ -312,6 +312,16 @@ static const struct {
     {"128", "0", "2", "1", "16", "", "", "1"},
 };
 
+/* Every switch of the wgmma kernel these tests set, unset (the ladder's defaults). */
+static void wg_env_clear(void)
+{
+    static const char *const names[] = {"NIBBLE_MOE_WG",    "NIBBLE_MOE_WG_A", "NIBBLE_MOE_WG_N",
+                                        "NIBBLE_MOE_WG_NS", "NIBBLE_MOE_WG_D", "NIBBLE_MOE_WG_C",
+                                        "NIBBLE_MOE_WG_W",  "NIBBLE_MOE_WG_LEAN", "NIBBLE_MOE_WG_N8",
+                                        "NIBBLE_MOE_WG_WIDE"};
+    for (size_t i = 0; i < NB_ARRAY_LEN(names); i++) unsetenv(names[i]);
+}
+
 static void wg_env(size_t c)
 {
     setenv("NIBBLE_MOE_WG_N", wg_cfgs[c].n, 1);
@@ -343,9 +353,7 @@ static void test_moe_wgmma_variants(void)
         if (!strcmp(wg_cfgs[c].w, "16") && !strcmp(wg_cfgs[c].ns, "0"))
             moe_case(&big, 150, 2, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 3); /* ~75 per expert */
     }
-    unsetenv("NIBBLE_MOE_WG_N"), unsetenv("NIBBLE_MOE_WG_NS"), unsetenv("NIBBLE_MOE_WG_D");
-    unsetenv("NIBBLE_MOE_WG_C"), unsetenv("NIBBLE_MOE_WG_W"), unsetenv("NIBBLE_MOE_WG");
-    unsetenv("NIBBLE_MOE_WG_A"), unsetenv("NIBBLE_MOE_WG_LEAN");
+    wg_env_clear();
     experts_free(&x);
     experts_free(&big);
 }
@@ -368,8 +376,7 @@ static void test_moe_wgmma_n8(void)
     experts x, big;
     NB_CHECK(experts_make(&x, 16, 512, 256) == 0);
     NB_CHECK(experts_make(&big, 4, 6144, 2048) == 0);
-    unsetenv("NIBBLE_MOE_WG"), unsetenv("NIBBLE_MOE_WG_A"), unsetenv("NIBBLE_MOE_WG_NS");
-    unsetenv("NIBBLE_MOE_WG_D"), unsetenv("NIBBLE_MOE_WG_C");
+    wg_env_clear();
     setenv("NIBBLE_MOE_WG_N8", "1", 1);
     for (size_t c = 0; c < NB_ARRAY_LEN(wg_n8_cfgs); c++) {
         setenv("NIBBLE_MOE_WG_N", wg_n8_cfgs[c].n, 1);
@@ -387,7 +394,7 @@ static void test_moe_wgmma_n8(void)
         if (strcmp(wg_n8_cfgs[c].w, "8"))
             moe_case(&big, 124, 1, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 3); /* ~31 per expert */
     }
-    unsetenv("NIBBLE_MOE_WG_N8"), unsetenv("NIBBLE_MOE_WG_N"), unsetenv("NIBBLE_MOE_WG_W");
+    wg_env_clear();
     experts_free(&x);
     experts_free(&big);
 }
@@ -406,9 +413,7 @@ static void test_moe_wgmma_wide(void)
     experts x, big;
     NB_CHECK(experts_make(&x, 16, 512, 256) == 0);
     NB_CHECK(experts_make(&big, 4, 6144, 2048) == 0);
-    unsetenv("NIBBLE_MOE_WG"), unsetenv("NIBBLE_MOE_WG_A"), unsetenv("NIBBLE_MOE_WG_NS");
-    unsetenv("NIBBLE_MOE_WG_D"), unsetenv("NIBBLE_MOE_WG_C"), unsetenv("NIBBLE_MOE_WG_N");
-    unsetenv("NIBBLE_MOE_WG_W"), unsetenv("NIBBLE_MOE_WG_LEAN"), unsetenv("NIBBLE_MOE_WG_N8");
+    wg_env_clear();
     setenv("NIBBLE_MOE_WG_WIDE", "2", 1);
     for (int j = 0; j < NB_MOE_WG_WIDE_TILE / 16; j++) {
         moe_case(&x, 16 * j + 1, 1, ROUTE_ONE_HOT, NB_MOE_KERNEL_WGMMA, 0, 16);
@@ -425,7 +430,7 @@ static void test_moe_wgmma_wide(void)
     moe_case(&x, 16384, 8, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 48);
     setenv("NIBBLE_MOE_WG_WIDE", "1", 1);
     moe_case(&x, 200, 8, ROUTE_UNIFORM, NB_MOE_KERNEL_AUTO, 0, 16);
-    unsetenv("NIBBLE_MOE_WG_WIDE");
+    wg_env_clear();
     experts_free(&x);
     experts_free(&big);
 }

@@ -343,6 +343,22 @@ __device__ __forceinline__ void moe_wg_lean_stage(moe_wg_plan<TM> &pl, uint32_t 
     cp_async_commit();
 }
 
+// The ring's turn at slice sl (the lean loop and the wide form): wait until slice sl has landed
+// for every thread, then say whether the caller is to stage slice sl + AHEAD. Its stage last
+// held slice sl - 2, whose wgmmas every warp has completed (two k-steps in flight per warp).
+// Past the last slice an empty group is committed instead, which keeps wait_group's count
+// uniform.
+template <int AHEAD>
+__device__ __forceinline__ bool moe_wg_ring_turn(int sl, int slices)
+{
+    cp_async_wait<AHEAD - 1>();
+    fence_proxy_async();
+    __syncthreads();
+    if (sl + AHEAD < slices) return true;
+    cp_async_commit();
+    return false;
+}
+
 template <int N, bool DN, int W>
 __device__ __forceinline__ void moe_wg_item_lean(const moe_params &p, char *ring, const long long *row, int e,
                                                  int start, int cnt, int rb)
@@ -388,14 +404,9 @@ __device__ __forceinline__ void moe_wg_item_lean(const moe_params &p, char *ring
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int sl = sl0 + h;
-            cp_async_wait<AHEAD - 1>();
-            fence_proxy_async();
-            __syncthreads();
-            if (sl + AHEAD < slices)
+            if (moe_wg_ring_turn<AHEAD>(sl, slices))
                 moe_wg_lean_stage<N, W, TM>(pl, ring_s + ((sl + AHEAD) % STAGES) * SB, ((h + AHEAD) & 1) == 0,
                                             ((h + AHEAD) & 1) == 1);
-            else
-                cp_async_commit();
             const int sti = sl % STAGES;
             const char *stg = ring + sti * SB;
             if (h == 0) {

@@ -17,7 +17,8 @@
 // and its wait discipline are the lean loop's (moe_wg_item_lean), with a stage of the token
 // slice, each warp's codes of its one tile (2 k-tiles x 512 B) and its k-group's scales
 // (256 B, copied by the group's first slice).
-// Included by moe_wgmma.cu only (it needs that file's MOE_WG_ARCH, moe_wg_rows, moe_wg_plan).
+// Included by moe_wgmma.cu only (it needs that file's MOE_WG_ARCH, moe_wg_rows, moe_wg_ring_turn and
+// the column table).
 #ifndef NB_OPS_CUDA_MOE_WGMMA_WIDE_CUH
 #define NB_OPS_CUDA_MOE_WGMMA_WIDE_CUH
 
@@ -179,16 +180,9 @@ __device__ __forceinline__ void moe_wgw_item(const moe_params &p, char *ring, co
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int sl = sl0 + h;
-            // As the lean loop: slice sl has landed; the stage refilled last held sl - 2,
-            // whose wgmmas every warp has completed (two k-steps in flight per warp).
-            cp_async_wait<AHEAD - 1>();
-            fence_proxy_async();
-            __syncthreads();
-            if (sl + AHEAD < slices)
+            if (moe_wg_ring_turn<AHEAD>(sl, slices))
                 moe_wgw_stage<N, W, TM>(pl, ring_s + ((sl + AHEAD) % STAGES) * SB, ((h + AHEAD) & 1) == 0,
                                         ((h + AHEAD) & 1) == 1);
-            else
-                cp_async_commit();
             const int sti = sl % STAGES;
             const char *stg = ring + sti * SB;
             if (h == 0) sc = *(const uint2 *)(stg + MOE_WGW_SCALES_OFF(N, W) + warp * 256 + lane * 8);
