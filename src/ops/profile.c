@@ -85,6 +85,9 @@ nb_status nb_ops_profile_begin(nb_ops_ctx *ctx)
     /* the host clock starts after the device finished earlier work, so wall_ms is this step's */
     NB_TRY(nb_ops_sync(ctx));
     g.wall0 = now_ms();
+#if NIBBLE_HAVE_CUDA
+    if (nb_ops_ctx_device(ctx) == NB_DEVICE_CUDA) nb_cuda_prof_range(1);
+#endif
     __atomic_store_n(&g.ctx, ctx, __ATOMIC_RELEASE);
     __atomic_store_n(&nb_prof_on_flag, 1, __ATOMIC_RELEASE);
     return NB_OK;
@@ -211,6 +214,7 @@ nb_status nb_ops_profile_end(nb_ops_ctx *ctx, nb_op_prof *acc, double tokens)
     }
 #if NIBBLE_HAVE_CUDA
     if (st == NB_OK && nb_ops_ctx_device(ctx) == NB_DEVICE_CUDA) st = nb_cuda_prof_finish(g.cu, 2 * g.n, g.ms);
+    if (nb_ops_ctx_device(ctx) == NB_DEVICE_CUDA) nb_cuda_prof_range(0);
     else
 #endif
         if (st == NB_OK) st = nb_ops_sync(ctx);

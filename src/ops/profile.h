@@ -99,6 +99,10 @@ nb_status nb_cuda_prof_copy_ids(nb_cuda_prof *p, void *stream, const int32_t *sr
 /* Wait for event n_marks-1, then ms[i] = elapsed(event 2i, event 2i+1) for i < n_marks/2. */
 nb_status nb_cuda_prof_finish(nb_cuda_prof *p, int n_marks, double *ms);
 void nb_cuda_prof_reset(nb_cuda_prof *p);
+/* With NIBBLE_CUDA_PROFILER_RANGE=1, cudaProfilerStart (on = 1) or cudaProfilerStop (on = 0):
+ * `ncu --profile-from-start off` then measures exactly the profiled steps' kernels
+ * (docs/bench.md, "Per-op profile"). Without the variable it does nothing. */
+void nb_cuda_prof_range(int on);
 
 #ifdef __cplusplus
 }

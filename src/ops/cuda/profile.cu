@@ -2,6 +2,7 @@
 // context's stream around each op, read once at the end of the step, and pinned space for
 // asynchronous copies of moe_experts' expert ids (to count the experts a call touched).
 // Exercised by `nibble bench-offline --backend cuda --profile-ops N` (scripts/device-profile.sh).
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,18 @@ extern "C" void nb_cuda_prof_free(nb_cuda_prof *p)
     for (int i = 0; i < PROF_PINNED_CHUNKS; i++)
         if (p->chunk[i]) cudaFreeHost(p->chunk[i]);
     free(p);
+}
+
+extern "C" void nb_cuda_prof_range(int on)
+{
+    static int env = -1; // read once; the runner's thread is the only caller
+    if (env < 0) {
+        const char *e = getenv("NIBBLE_CUDA_PROFILER_RANGE");
+        env = e && !strcmp(e, "1");
+    }
+    if (!env) return;
+    // failures only mean no profiler range; the step itself is unaffected
+    if ((on ? cudaProfilerStart() : cudaProfilerStop()) != cudaSuccess) cudaGetLastError();
 }
 
 extern "C" void nb_cuda_prof_reset(nb_cuda_prof *p)
