@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Bit-level check of moe-expand7.patch's repacked NVFP4 layout, without a GPU.
+"""Bit-level check of the repacked NVFP4 layout (the tenth session's, from bench/lab moe-expand7.patch) and the first one, without a GPU.
 
 For random codes, packs a 32-bit word with a layout's bit table (moe_repack.c's nb_moe_bitpos:
 pair p, half hi, code bit b = m, e0, e1, sign), applies the integer part of expand_codes

@@ -100,6 +100,9 @@ void nb_cuda_mla_force_terms(int terms);
  * nb_cuda_mla_force_qlat16 for tests and timings (0, 1; else back to the environment). */
 void nb_cuda_mla_force_qlat16(int on);
 #define NB_CUDA_MLA_QLAT16_DEFAULT 1
+/* NIBBLE_CUDA_MLA_QFOLD=0|1: with the BF16 q, q_nope's split and q_pe's copy in one kernel
+ * (k_mla_split_q4pe) instead of two (default NB_CUDA_MLA_QFOLD_DEFAULT). */
+#define NB_CUDA_MLA_QFOLD_DEFAULT 1
 /* With the BF16 q (and one term, no KV split): the wg kernel's outputs written through shared
  * memory (the last chunk's tile) and stored in whole 512-byte rows, instead of 4-byte stores
  * straight from the accumulators. NIBBLE_CUDA_MLA_WG_STAGE=0|1 (default

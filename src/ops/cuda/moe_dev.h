@@ -63,9 +63,9 @@ __device__ __forceinline__ void expand_scales(uint32_t two, uint32_t &sg, uint32
 __device__ __forceinline__ void expand_codes(uint32_t w, uint32_t sg, uint32_t sg8, uint32_t a[4])
 {
     uint32_t r0 = w & 0x81C081C0u;
-    uint32_t r1 = (w << 3) & 0x81C081C0u;
-    uint32_t r2 = (w << 6) & 0x81C081C0u;
-    uint32_t r3 = ((w >> 4) & 0x00C000C0u) | ((w >> 5) & 0x01000100u) | ((w << 1) & 0x80008000u);
+    uint32_t r1 = (w << 4) & 0x81C081C0u;
+    uint32_t r2 = __funnelshift_l(w, w, 10) & 0x81C081C0u;
+    uint32_t r3 = ((w << 6) & 0x80C080C0u) | (__funnelshift_l(w, w, 14) & 0x01000100u);
     a[0] = bf16x2_mul(r0, sg);
     a[1] = bf16x2_mul(r1, sg8);
     a[2] = bf16x2_mul(r2, sg);

@@ -6,9 +6,11 @@
  * t = lane%4) holds rows g and g+8 at k = 16t..16t+15 of the k-tile: word s (of 4) holds
  * k = 16t+4s..16t+4s+3 of both rows as four (lo, hi) pairs of the mma A fragment:
  *   P0 = row g k+0,1   P1 = row g+8 k+0,1   P2 = row g k+2,3   P3 = row g+8 k+2,3.
- * Each pair's E2M1 bits sit where a mask (and for P1/P2 a shift) turns them into two BF16
- * numbers equal to e2m1 * 2^-126: magnitude bits at 6..8 / 22..24, sign at 15 / 31 for P0,
- * the same shifted right by 3 (P1) and by 6 (P2); P3 fills the 8 bits left over.
+ * Each pair's E2M1 bits sit where a mask, after a shift or rotation, turns them into two
+ * BF16 numbers equal to e2m1 * 2^-126 (magnitude bits at 6..8 / 22..24, sign at 15 / 31):
+ * P0 as they are, P1 shifted left by 4, P2 rotated left by 10, P3 from two parts (shifted
+ * left by 6, and the e1 bits rotated left by 14). Seven ALU-pipe instructions per word, one
+ * less than the first layout's eight (shifts right by 4 and 5 for P3); bench/lab/README.md.
  * Scales: for each 16-row tile and group of four k-tiles, lane L holds 8 bytes: for k-tile
  * qq = 0..3 the scales of rows g and g+8 at k-group 4*qq+t. */
 #include <string.h>
@@ -19,9 +21,9 @@
 /* Bit position of code bit b (0..3: m, e0, e1, sign) for pair p (0..3), half hi (0/1). */
 static const uint8_t nb_moe_bitpos[4][2][4] = {
     {{6, 7, 8, 15}, {22, 23, 24, 31}},
-    {{3, 4, 5, 12}, {19, 20, 21, 28}},
-    {{0, 1, 2, 9}, {16, 17, 18, 25}},
-    {{10, 11, 13, 14}, {26, 27, 29, 30}},
+    {{2, 3, 4, 11}, {18, 19, 20, 27}},
+    {{28, 29, 30, 5}, {12, 13, 14, 21}},
+    {{0, 1, 26, 9}, {16, 17, 10, 25}},
 };
 
 /* Where element (row, col) lives: byte offset of its 32-bit word, pair and half. */

@@ -30,8 +30,8 @@ __device__ __forceinline__ const uint8_t *nb_scale_row(const nb_rows_pair &p, in
 // Bit of code bit b (m, e0, e1, sign) for pair p, half hi: moe_repack.c's nb_moe_bitpos.
 __device__ __forceinline__ int nb_bitpos(int p, int hi, int b)
 {
-    const int base[4][4] = {{6, 7, 8, 15}, {3, 4, 5, 12}, {0, 1, 2, 9}, {10, 11, 13, 14}};
-    return base[p][b] + 16 * hi;
+    const int base[4][4] = {{6, 7, 8, 15}, {2, 3, 4, 11}, {28, 29, 30, 5}, {0, 1, 26, 9}};
+    return (base[p][b] + 16 * hi) & 31;
 }
 
 __global__ void k_repack_codes(nb_rows_pair p, int k, uint64_t n_words, uint32_t *out)
