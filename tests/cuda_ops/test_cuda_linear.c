@@ -352,6 +352,12 @@ static void test_linear_lt(void)
     mlp_case(NB_WFMT_BF16, 48, 256, 384, NB_TOL_LT_BF16W);
     nb_cuda_linear_force_terms(0);
     nb_cuda_linear_force_stack(-1);
+    /* The activations' conversion: four floats per load where strides and pointers allow
+     * (k % 4 == 0 above), one at a time where they do not (k = 258, a row stride of 262). */
+    NB_CHECK(nb_cuda_to_bf16_vec((const float *)(uintptr_t)256, 260, 256, (const uint16_t *)(uintptr_t)512, NULL));
+    NB_CHECK(!nb_cuda_to_bf16_vec((const float *)(uintptr_t)256, 262, 258, (const uint16_t *)(uintptr_t)512, NULL));
+    linear_case_ex(NB_WFMT_BF16, 40, 100, 258, 1, 0, 4, NB_TOL_BF16);
+    linear_case_ex(NB_WFMT_BF16, 40, 100, 258, 1, NB_WEIGHT_FEEDS_TOPK, 4, NB_TOL_LT_BF16W);
     nb_cuda_linear_force_mma(0);
 }
 
@@ -467,6 +473,16 @@ static void test_mlp(void)
     const int ts[] = {1, 2, 5, 10, 16};
     for (size_t i = 0; i < NB_ARRAY_LEN(ts); i++) mlp_adjacent_case(ts[i], 512, 384, NB_TOL_F32);
     mlp_adjacent_case(40, 256, 384, NB_TOL_BF16);
+    /* The pair's SiLU pass (NIBBLE_CUDA_MLP_SILU4): 2 writes the cuBLASLt down projection's
+     * BF16 input itself, 1 four pairs per thread in F32, 0 one pair per thread; I = 198 is not
+     * a multiple of 4 and takes the one-pair kernel whatever the mode. */
+    for (int m = 2; m >= 0; m--) {
+        nb_cuda_mlp_force_silu4(m);
+        mlp_adjacent_case(40, 256, 384, NB_TOL_BF16);
+        mlp_adjacent_case(300, 512, 2048, NB_TOL_BF16);
+        mlp_adjacent_case(40, 256, 198, NB_TOL_BF16);
+    }
+    nb_cuda_mlp_force_silu4(-1);
 }
 
 /* The register-fed tensor-core kernel (linear_mmr.cu): every T in 1..16 (two terms at 1-2

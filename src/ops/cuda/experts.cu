@@ -19,6 +19,7 @@
 
 #include "base/log.h"
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/linear.h"
 #include "ops/cuda/moe.h"
 #include "ops/cuda/moe_router.h"
 #include "ops/cuda/synth_repack.h"
@@ -298,12 +299,6 @@ extern "C" long long nb_cuda_moe_gate_route_fused_launches(void)
     return __atomic_load_n(&gate_route_fused, __ATOMIC_RELAXED);
 }
 
-__global__ void k_rows_to_bf16(const float *x, int64_t ldx, int64_t k, uint16_t *o)
-{
-    const float *xr = x + blockIdx.x * ldx;
-    for (int64_t j = threadIdx.x; j < k; j += blockDim.x) o[blockIdx.x * k + j] = nb_d_to_bf16(xr[j]);
-}
-
 static nb_status experts_repacked(nb_ops_ctx *ctx, const nb_cuda_moe_reg *r, const nb_tensor *x, const nb_tensor *ids,
                                   const nb_tensor *weights, int accumulate, nb_tensor *out)
 {
@@ -313,7 +308,7 @@ static nb_status experts_repacked(nb_ops_ctx *ctx, const nb_cuda_moe_reg *r, con
     cudaStream_t s = nb_cuda_stream(ctx);
     uint16_t *xb = (uint16_t *)nb_cuda_scratch(ctx, 2, (size_t)T * H * 2);
     if (!xb) return NB_ERR_OUT_OF_MEMORY;
-    k_rows_to_bf16<<<T, 256, 0, s>>>((const float *)x->data, x->stride[0], H, xb);
+    nb_cuda_to_bf16(s, (const float *)x->data, x->stride[0], T, H, xb, NULL);
     NB_CUDA_LAUNCHED("moe_experts (to bf16)");
     size_t wsb = nb_moe_workspace_bytes(&r->rw, T, K);
     void *ws = nb_cuda_scratch(ctx, 3, wsb);

@@ -130,15 +130,49 @@ nb_status nb_cuda_dequant(nb_ops_ctx *ctx, const nb_weight *w, uint16_t *out_bf1
     return NB_OK;
 }
 
-// hi[t, j] = bf16(x), lo[t, j] = bf16(x - hi) (lo may be NULL).
+// hi[t, j] = bf16(x), lo[t, j] = bf16(x - hi) (lo may be NULL). One block per row; VEC:
+// four floats per load and four BF16 per store (x, ldx and k multiples of 4, x 16-byte and hi,
+// lo 8-byte aligned: nb_cuda_to_bf16_vec), which the scalar form reached only ~2.2 TB/s of
+// (bench/RESULTS.md, issue 9, tenth session).
+__device__ __forceinline__ uint32_t bf16_pair(float a, float b)
+{
+    return (uint32_t)nb_d_to_bf16(a) | ((uint32_t)nb_d_to_bf16(b) << 16);
+}
+
+template <bool VEC>
 __global__ void k_to_bf16(const float *x, int64_t ldx, int64_t k, uint16_t *hi, uint16_t *lo)
 {
     const float *xr = x + blockIdx.x * ldx;
-    for (int64_t j = threadIdx.x; j < k; j += blockDim.x) {
-        uint16_t h = nb_d_to_bf16(xr[j]);
-        hi[blockIdx.x * k + j] = h;
-        if (lo) lo[blockIdx.x * k + j] = nb_d_to_bf16(xr[j] - nb_d_bf16(h));
+    if (!VEC) {
+        for (int64_t j = threadIdx.x; j < k; j += blockDim.x) {
+            uint16_t h = nb_d_to_bf16(xr[j]);
+            hi[blockIdx.x * k + j] = h;
+            if (lo) lo[blockIdx.x * k + j] = nb_d_to_bf16(xr[j] - nb_d_bf16(h));
+        }
+        return;
     }
+    uint2 *h2 = (uint2 *)(hi + blockIdx.x * k), *l2 = lo ? (uint2 *)(lo + blockIdx.x * k) : NULL;
+    for (int64_t j = threadIdx.x; j < k / 4; j += blockDim.x) {
+        const float4 v = ((const float4 *)xr)[j];
+        const uint2 h = make_uint2(bf16_pair(v.x, v.y), bf16_pair(v.z, v.w));
+        h2[j] = h;
+        if (l2)
+            l2[j] = make_uint2(bf16_pair(v.x - nb_d_bf16((uint16_t)h.x), v.y - nb_d_bf16((uint16_t)(h.x >> 16))),
+                               bf16_pair(v.z - nb_d_bf16((uint16_t)h.y), v.w - nb_d_bf16((uint16_t)(h.y >> 16))));
+    }
+}
+
+extern "C" int nb_cuda_to_bf16_vec(const float *x, int64_t ldx, int64_t k, const uint16_t *hi, const uint16_t *lo)
+{
+    return ldx % 4 == 0 && k % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)hi % 8 == 0 && (uintptr_t)lo % 8 == 0;
+}
+
+extern "C" void nb_cuda_to_bf16(void *stream, const float *x, int64_t ldx, int64_t T, int64_t k, uint16_t *hi,
+                                uint16_t *lo)
+{
+    cudaStream_t s = (cudaStream_t)stream;
+    if (nb_cuda_to_bf16_vec(x, ldx, k, hi, lo)) k_to_bf16<true><<<(unsigned)T, 256, 0, s>>>(x, ldx, k, hi, lo);
+    else k_to_bf16<false><<<(unsigned)T, 256, 0, s>>>(x, ldx, k, hi, lo);
 }
 
 // y[t] = (accumulate ? y[t] : 0) + c[t] + c[T + t] (+ bias): the halves of a stacked two-term GEMM.
@@ -318,29 +352,42 @@ extern "C" void nb_cuda_linear_gemm_stats(nb_ops_ctx *ctx, int warm, long *queri
     if (warm_launches) *warm_launches = nb_cuda_gemm_warm_launches(g);
 }
 
-static nb_status lt(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T, const nb_weight *w, float *y,
-                    int64_t ldy, int accumulate)
+// BF16 activation terms of the cuBLASLt path for w.
+static int lt_terms(const nb_weight *w)
 {
-    const int64_t n = w->n, k = w->k;
-    cudaStream_t s = nb_cuda_stream(ctx);
     static int env_terms = -1; // NIBBLE_CUDA_LINEAR_TERMS=1|2: every weight, for A/B runs
     if (env_terms < 0) {
         const char *e = getenv("NIBBLE_CUDA_LINEAR_TERMS");
         env_terms = e && (!strcmp(e, "1") || !strcmp(e, "2")) ? atoi(e) : 0;
     }
     const int forced = g_force_terms ? g_force_terms : env_terms;
-    const int terms = forced ? forced : (w->flags & NB_WEIGHT_FEEDS_TOPK) ? 2 : 1;
+    return forced ? forced : (w->flags & NB_WEIGHT_FEEDS_TOPK) ? 2 : 1;
+}
+
+// Bytes of the BF16 activations the cuBLASLt path keeps in scratch slot 0 (one term per T x k).
+static size_t lt_act_bytes(int terms, int64_t T, int64_t k) { return ((size_t)(terms * T * k) * 2 + 255) / 256 * 256; }
+
+// pre: NULL, or the activations already in BF16 (one term, dense [T][k], in scratch slot 0 as
+// lt_act_bytes sized it; x is then not read).
+static nb_status lt(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T, const nb_weight *w, float *y,
+                    int64_t ldy, int accumulate, const uint16_t *pre)
+{
+    const int64_t n = w->n, k = w->k;
+    cudaStream_t s = nb_cuda_stream(ctx);
+    const int terms = pre ? 1 : lt_terms(w);
     NB_LOG_DEBUG("cuda", "linear lt: T=%lld [%lld, %lld] %s, %d BF16 term%s", (long long)T, (long long)n, (long long)k,
                  w->fmt == NB_WFMT_BF16 ? "bf16" : "expanded", terms, terms > 1 ? "s" : "");
     // Stacked two terms: the F32 halves follow the activations in the same slot (one request,
     // so growing the slot cannot move the activations after they are written).
     const int stack = terms == 2 && stack_on();
-    const size_t xbytes = ((size_t)(terms * T * k) * 2 + 255) / 256 * 256;
-    uint16_t *xb = (uint16_t *)nb_cuda_scratch(ctx, 0, xbytes + (stack ? (size_t)(2 * T * n) * 4 : 0));
+    const size_t xbytes = lt_act_bytes(terms, T, k);
+    uint16_t *xb = pre ? (uint16_t *)pre : (uint16_t *)nb_cuda_scratch(ctx, 0, xbytes + (stack ? (size_t)(2 * T * n) * 4 : 0));
     if (!xb) return NB_ERR_OUT_OF_MEMORY;
     uint16_t *xlo = terms == 2 ? xb + T * k : NULL;
-    k_to_bf16<<<(unsigned)T, 256, 0, s>>>(x, ldx, k, xb, xlo);
-    NB_CUDA_LAUNCHED("linear (to bf16)");
+    if (!pre) {
+        nb_cuda_to_bf16(s, x, ldx, T, k, xb, xlo);
+        NB_CUDA_LAUNCHED("linear (to bf16)");
+    }
     const void *wp = w->data;
     int64_t ldw = k;
     if (w->fmt == NB_WFMT_BF16 && (w->row_stride == 0 || w->row_stride % 2 == 0) && ((uintptr_t)w->data & 15) == 0) {
@@ -378,7 +425,7 @@ nb_status nb_cuda_linear_raw(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64
     case 4: return nb_cuda_linear_mmr(ctx, x, ldx, T, w, y, ldy, accumulate);
     case 3: return nb_cuda_linear_sk(ctx, x, ldx, T, w, y, ldy, accumulate);
     case 2: return nb_cuda_linear_mma(ctx, x, ldx, T, w, y, ldy, accumulate);
-    case 1: return lt(ctx, x, ldx, T, w, y, ldy, accumulate);
+    case 1: return lt(ctx, x, ldx, T, w, y, ldy, accumulate, NULL);
     default: return gemv(ctx, x, ldx, T, w, y, ldy, accumulate);
     }
 }
@@ -421,6 +468,46 @@ __global__ void k_silu_mul_pairs(float *gu, int64_t T, int64_t I)
 extern "C" int nb_cuda_linear_mma_silu_can(const nb_weight *w, const float *x, int64_t ldx, int64_t T);
 extern "C" nb_status nb_cuda_linear_mma_silu(nb_ops_ctx *ctx, const float *x, int64_t ldx, int64_t T,
                                              const nb_weight *w, float *y, int64_t ldy, int accumulate);
+
+// The same over four pairs per thread (I % 4 == 0, gu 16-byte aligned, T * I / 4 < 2^31), with
+// one 32-bit division per four pairs instead of a 64-bit one per pair. bf: NULL, or a dense
+// [T][I] BF16 output instead of the gate half (the cuBLASLt down projection's one-term input:
+// the F32 pass and its conversion in one; the same rounding as the two).
+__global__ void k_silu_mul_pairs4(float *gu, uint32_t T, uint32_t I, uint16_t *bf)
+{
+    nb_pdl_wait();
+    nb_pdl_trigger();
+    const uint32_t q = I / 4, n = T * q;
+    for (uint32_t e = blockIdx.x * blockDim.x + threadIdx.x; e < n; e += gridDim.x * blockDim.x) {
+        const uint32_t t = e / q, c = e - t * q;
+        float4 *g = (float4 *)(gu + (size_t)t * 2 * I) + c;
+        const float4 a = g[0], u = g[q];
+        float4 r;
+        r.x = a.x / (1.0f + expf(-a.x)) * u.x;
+        r.y = a.y / (1.0f + expf(-a.y)) * u.y;
+        r.z = a.z / (1.0f + expf(-a.z)) * u.z;
+        r.w = a.w / (1.0f + expf(-a.w)) * u.w;
+        if (bf) ((uint2 *)(bf + (size_t)t * I))[c] = make_uint2(bf16_pair(r.x, r.y), bf16_pair(r.z, r.w));
+        else g[0] = r;
+    }
+}
+
+static int g_silu4 = -1;
+
+extern "C" void nb_cuda_mlp_force_silu4(int mode) { g_silu4 = mode >= 0 && mode <= 2 ? mode : -1; }
+
+// The SiLU pass of the adjacent pair: 2 four pairs per thread, and BF16 straight into the
+// cuBLASLt down projection's input when that path takes it with one term; 1 four pairs per
+// thread, F32 only; 0 the one-pair kernel (NIBBLE_CUDA_MLP_SILU4, default 2).
+static int silu4_mode(void)
+{
+    static int env = -1;
+    if (env < 0) {
+        const char *e = getenv("NIBBLE_CUDA_MLP_SILU4");
+        env = e && (!strcmp(e, "0") || !strcmp(e, "1") || !strcmp(e, "2")) ? atoi(e) : 2;
+    }
+    return g_silu4 >= 0 ? g_silu4 : env;
+}
 
 static int g_force_silu = -1;
 
@@ -498,6 +585,21 @@ extern "C" nb_status nb_cuda_mlp(nb_ops_ctx *ctx, const nb_tensor *x, const nb_w
                 NB_CUDA_LAUNCHED("mlp (down, SiLU of the pairs fused)");
                 return NB_OK;
             }
+        }
+        const int s4 = silu4_mode() && I % 4 == 0 && (uintptr_t)g % 16 == 0 && T * I / 4 < ((int64_t)1 << 31) ? silu4_mode() : 0;
+        if (s4) {
+            /* down on cuBLASLt with one term: SiLU(gate) * up goes to its BF16 input directly */
+            const int pre = s4 == 2 && pick(down, g, 2 * I, T) == 1 && lt_terms(down) == 1;
+            uint16_t *xb = pre ? (uint16_t *)nb_cuda_scratch(ctx, 0, lt_act_bytes(1, T, I)) : NULL;
+            if (pre && !xb) return NB_ERR_OUT_OF_MEMORY;
+            int blocks = (int)((T * I / 4 + 255) / 256);
+            uint32_t t = (uint32_t)T, i = (uint32_t)I;
+            void *args[] = {&g, &t, &i, &xb};
+            nb_lin_launch((const void *)k_silu_mul_pairs4, dim3(blocks < 65535 ? blocks : 65535), dim3(256), 0,
+                          nb_cuda_stream(ctx), args, 1);
+            NB_CUDA_LAUNCHED("mlp (silu of the pairs)");
+            if (pre) return lt(ctx, NULL, 0, T, down, (float *)out->data, out->stride[0], accumulate, xb);
+            return nb_cuda_linear_raw(ctx, g, 2 * I, T, down, (float *)out->data, out->stride[0], accumulate);
         }
         int blocks = (int)((T * I + 255) / 256);
         int64_t t = T, i = I;

@@ -207,6 +207,18 @@ void nb_cuda_linear_cache_stats(nb_ops_ctx *ctx, int *entries, size_t *bytes);
  * (gemm_lt.h, nb_cuda_gemm_set_warm); warm: 1 / 0 sets the warm-up, -1 leaves it. */
 void nb_cuda_linear_gemm_stats(nb_ops_ctx *ctx, int warm, long *queries, long *warm_launches);
 
+/* The adjacent gate|up pair's SiLU pass (NIBBLE_CUDA_MLP_SILU4): 2 four pairs per thread and,
+ * when the down projection runs on cuBLASLt with one term, BF16 straight into its input; 1 four
+ * pairs per thread, F32; 0 one pair per thread; -1 the variable or the default (2). */
+void nb_cuda_mlp_force_silu4(int mode);
+
+/* Rows of float32 activations to BF16 on a stream (a cudaStream_t): hi[t][j] = bf16(x[t][j]),
+ * lo (NULL: none) the rounding remainder as a second term; dense [T][k] outputs. Four floats
+ * per load where nb_cuda_to_bf16_vec says the strides and pointers allow. Used by the cuBLASLt
+ * linear and the routed experts' input. */
+int nb_cuda_to_bf16_vec(const float *x, int64_t ldx, int64_t k, const uint16_t *hi, const uint16_t *lo);
+void nb_cuda_to_bf16(void *stream, const float *x, int64_t ldx, int64_t T, int64_t k, uint16_t *hi, uint16_t *lo);
+
 #ifdef __cplusplus
 }
 #endif
