@@ -31,6 +31,7 @@
 #include "model/synthetic.h"
 #include "nibble.h"
 #include "ops/profile.h"
+#include "tools/nvml.h"
 #if NIBBLE_HAVE_CUDA
 #include "tools/lab/moe_bench.h"
 #endif
@@ -251,6 +252,8 @@ typedef struct bo_level {
      * step ms, forward ms, floor ms (0 without a floor or for steps with prefill) */
     double (*steps)[7];
     nb_op_prof prof; /* --profile-ops */
+    int n_gpus;      /* NVML over the level (CUDA backend; 0 without a driver) */
+    nb_gpu_summary gpu[NB_NVML_MAX_GPUS];
 } bo_level;
 
 static void gen_prompts(int32_t *prompts, int64_t n, int seed, const nb_engine_info *info)
@@ -569,7 +572,21 @@ static void write_json(FILE *f, const char *model, const nb_engine_info *info, c
             fprintf(f, "]");
         }
         if (l->prof.steps || profile_n > 0) write_json_profile(f, &l->prof, fm->bw);
-        fprintf(f, "}");
+        fprintf(f, ", \"gpus\": [");
+        for (int g = 0; g < l->n_gpus; g++) {
+            const nb_gpu_summary *s = &l->gpu[g];
+            fprintf(f, "%s{\"name\": ", g ? ", " : "");
+            json_str(f, s->name);
+            fprintf(f, ", \"samples\": %d, \"power_mean_w\": %.1f, \"power_max_w\": %.1f, \"power_limit_w\": %.1f, "
+                       "\"sm_clock_mean_mhz\": %.0f, \"sm_clock_max_mhz\": %.0f",
+                    s->samples, s->power_mean_w, s->power_max_w, s->power_limit_w, s->sm_clock_mean_mhz,
+                    s->sm_clock_max_mhz);
+            if (s->reason_samples > 0)
+                fprintf(f, ", \"power_capped_pct\": %.1f, \"thermal_slowdown_pct\": %.1f", s->power_capped_pct,
+                        s->thermal_pct);
+            fprintf(f, "}");
+        }
+        fprintf(f, "]}");
     }
     fprintf(f, "\n]}\n");
 }
@@ -689,8 +706,22 @@ int nb_cmd_bench_offline(int argc, char **argv)
     if (warmup > 0) { /* not counted: first-use costs (handles, lazily captured graphs of small sizes) */
         rc |= run_level(e, &info, &fm, warmup, in_len, out_len < 8 ? out_len : 8, seed + 1000, 0, 0, &W);
     }
-    for (int i = 0; i < n_levels; i++)
+    /* power, SM clock and the share of time the power cap held the clock down, per level:
+     * a step slower than its kernels timed alone is often a capped clock (docs/bench.md) */
+    nb_nvml_sampler *smp = NULL;
+    if (info.backend == NB_BACKEND_CUDA && nb_nvml_sampler_start(100, &smp) != NB_OK) {
+        fprintf(stderr, "nibble bench-offline: GPU telemetry: %s (continuing without)\n", nb_last_error());
+        nb_error_clear();
+        smp = NULL;
+    }
+    for (int i = 0; i < n_levels; i++) {
+        nb_nvml_sampler_reset(smp);
         rc |= run_level(e, &info, &fm, nums[i], in_len, out_len, seed + i, 1, profile_n, &L[i]);
+        L[i].n_gpus = nb_nvml_sampler_snapshot(smp, L[i].gpu, NB_NVML_MAX_GPUS);
+        for (int g = 0; g < L[i].n_gpus; g++) nb_gpu_summary_fprint(stdout, g, &L[i].gpu[g]);
+        fflush(stdout);
+    }
+    nb_nvml_sampler_stop(smp);
     printf("\n%-10s %10s %12s %12s %12s %12s %12s %10s %10s\n", "prompts", "batch", "step p50 ms", "step mean ms",
            "decode tok/s", "output tok/s", "floor ms", "time/floor", "(p50)");
     for (int i = 0; i < n_levels; i++) {

@@ -33,9 +33,14 @@ static struct {
     int (*clock)(nb_nvml_dev, int, unsigned int *);
     int (*util)(nb_nvml_dev, nb_nvml_util *);
     int (*mem)(nb_nvml_dev, nb_nvml_mem *);
+    int (*reasons)(nb_nvml_dev, unsigned long long *);
 } g_nvml = {.once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER};
 
 #define NB_NVML_CLOCK_SM 1
+/* nvmlClocksEventReason* bits (nvml.h): software power cap; software, hardware thermal */
+#define NB_NVML_REASON_SW_POWER_CAP 0x4ULL
+#define NB_NVML_REASON_SW_THERMAL 0x20ULL
+#define NB_NVML_REASON_HW_THERMAL 0x40ULL
 
 static void nb_nvml_load(void)
 {
@@ -55,6 +60,10 @@ static void nb_nvml_load(void)
     g_nvml.clock = (int (*)(nb_nvml_dev, int, unsigned int *))dlsym(h, "nvmlDeviceGetClockInfo");
     g_nvml.util = (int (*)(nb_nvml_dev, nb_nvml_util *))dlsym(h, "nvmlDeviceGetUtilizationRates");
     g_nvml.mem = (int (*)(nb_nvml_dev, nb_nvml_mem *))dlsym(h, "nvmlDeviceGetMemoryInfo");
+    /* the name since driver 535; the older one stays as an alias */
+    g_nvml.reasons = (int (*)(nb_nvml_dev, unsigned long long *))dlsym(h, "nvmlDeviceGetCurrentClocksEventReasons");
+    if (!g_nvml.reasons)
+        g_nvml.reasons = (int (*)(nb_nvml_dev, unsigned long long *))dlsym(h, "nvmlDeviceGetCurrentClocksThrottleReasons");
     if (!init || !count || !byidx || !g_nvml.power) {
         snprintf(g_nvml.why, sizeof g_nvml.why, "NVML: entry points missing in libnvidia-ml");
         return;
@@ -95,6 +104,7 @@ const char *nb_nvml_name(int i) { return i >= 0 && i < g_nvml.n ? g_nvml.name[i]
 nb_status nb_nvml_read(int i, nb_gpu_reading *r)
 {
     r->power_w = r->power_limit_w = r->sm_clock_mhz = r->util_pct = r->mem_used_gib = r->mem_total_gib = NAN;
+    r->power_capped = r->thermal = NAN;
     if (g_nvml.status != NB_OK || i < 0 || i >= g_nvml.n)
         return nb_error(NB_ERR_NOT_FOUND, "NVML: no GPU %d", i);
     nb_nvml_dev d = g_nvml.dev[i];
@@ -104,6 +114,11 @@ nb_status nb_nvml_read(int i, nb_gpu_reading *r)
     if (g_nvml.clock && g_nvml.clock(d, NB_NVML_CLOCK_SM, &v) == 0) r->sm_clock_mhz = v;
     nb_nvml_util u;
     if (g_nvml.util && g_nvml.util(d, &u) == 0) r->util_pct = u.gpu;
+    unsigned long long why;
+    if (g_nvml.reasons && g_nvml.reasons(d, &why) == 0) {
+        r->power_capped = (why & NB_NVML_REASON_SW_POWER_CAP) ? 1 : 0;
+        r->thermal = (why & (NB_NVML_REASON_SW_THERMAL | NB_NVML_REASON_HW_THERMAL)) ? 1 : 0;
+    }
     nb_nvml_mem m;
     if (g_nvml.mem && g_nvml.mem(d, &m) == 0) {
         r->mem_used_gib = (double)m.used / (1024.0 * 1024 * 1024);
@@ -128,6 +143,25 @@ void nb_gpu_summary_add(nb_gpu_summary *s, const nb_gpu_reading *r)
     if (!isnan(r->util_pct)) s->util_mean_pct += (r->util_pct - s->util_mean_pct) / k;
     if (!isnan(r->mem_used_gib) && r->mem_used_gib > s->mem_used_max_gib) s->mem_used_max_gib = r->mem_used_gib;
     if (!isnan(r->mem_total_gib)) s->mem_total_gib = r->mem_total_gib;
+    if (!isnan(r->power_capped) && !isnan(r->thermal)) {
+        int n = ++s->reason_samples;
+        s->power_capped_pct += (100 * r->power_capped - s->power_capped_pct) / n;
+        s->thermal_pct += (100 * r->thermal - s->thermal_pct) / n;
+    }
+}
+
+void nb_gpu_summary_fprint(FILE *f, int g, const nb_gpu_summary *s)
+{
+    char pct[32] = "n/a", capped[96] = "";
+    if (s->power_limit_w > 0) snprintf(pct, sizeof pct, "%.0f%%", 100.0 * s->power_mean_w / s->power_limit_w);
+    if (s->reason_samples > 0)
+        snprintf(capped, sizeof capped, ", power-capped %.0f%% / thermal %.0f%% of samples", s->power_capped_pct,
+                 s->thermal_pct);
+    fprintf(f,
+            "  GPU %d %-20.20s power mean %.0f W max %.0f W (%s of %.0f W limit), SM %.0f MHz (max %.0f), "
+            "util %.0f%%, mem %.1f/%.1f GiB, %d samples%s\n",
+            g, s->name, s->power_mean_w, s->power_max_w, pct, s->power_limit_w, s->sm_clock_mean_mhz,
+            s->sm_clock_max_mhz, s->util_mean_pct, s->mem_used_max_gib, s->mem_total_gib, s->samples, capped);
 }
 
 struct nb_nvml_sampler {

@@ -7,6 +7,7 @@
 #define NB_TOOLS_NVML_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include "nibble.h"
 
 #define NB_NVML_MAX_GPUS 16
@@ -15,6 +16,10 @@
 typedef struct nb_gpu_reading {
     double power_w, power_limit_w; /* instantaneous draw, enforced limit */
     double sm_clock_mhz, util_pct, mem_used_gib, mem_total_gib;
+    /* the driver's clock event reasons at this moment, 1 active / 0 not: the software power
+     * cap holding the SM clock down (the board at its power limit), and any thermal slowdown
+     * (software or hardware) */
+    double power_capped, thermal;
 } nb_gpu_reading;
 
 /* Load NVML and count GPUs. NB_ERR_UNSUPPORTED (with a message) when the library or a
@@ -29,11 +34,16 @@ typedef struct nb_gpu_summary {
     int samples;
     double power_mean_w, power_max_w, power_limit_w;
     double sm_clock_mean_mhz, sm_clock_max_mhz, util_mean_pct, mem_used_max_gib, mem_total_gib;
+    int reason_samples;                   /* samples whose clock event reasons were read */
+    double power_capped_pct, thermal_pct; /* share of those with the reason active */
     char name[64];
 } nb_gpu_summary;
 
 /* Fold one reading into a summary (running mean; NaN fields skipped). */
 void nb_gpu_summary_add(nb_gpu_summary *s, const nb_gpu_reading *r);
+
+/* One line for a report: "GPU g name power mean ... W, SM ... MHz, power-capped ...% of samples". */
+void nb_gpu_summary_fprint(FILE *f, int g, const nb_gpu_summary *s);
 
 /* A background thread sampling every GPU every period_ms. */
 typedef struct nb_nvml_sampler nb_nvml_sampler;

@@ -239,6 +239,8 @@ static void test_report(void)
     NB_CHECK_NEAR(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "gpus"), 0), "power_mean_pct_of_limit")
                       ->valuedouble, 235.0 / 6, 1e-9);
     NB_CHECK(cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "server_metrics"), "prompt_tokens")));
+    /* no clock event reasons read: null, not 0 */
+    NB_CHECK(cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "gpus"), 0), "power_capped_pct")));
     cJSON_Delete(j);
     free(line);
     char path[] = "/tmp/nb_report_XXXXXX";
@@ -259,8 +261,8 @@ static void test_report(void)
 static void test_gpu_summary(void)
 {
     nb_gpu_summary s = {0};
-    nb_gpu_reading a = {100, 600, 1500, 50, 10, 80}, b = {200, 600, 1700, 100, 12, 80};
-    nb_gpu_reading c = {NAN, NAN, NAN, NAN, NAN, NAN};
+    nb_gpu_reading a = {100, 600, 1500, 50, 10, 80, 1, 0}, b = {200, 600, 1700, 100, 12, 80, 0, 0};
+    nb_gpu_reading c = {NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN};
     nb_gpu_summary_add(&s, &a);
     nb_gpu_summary_add(&s, &b);
     NB_CHECK_NEAR(s.power_mean_w, 150, 1e-9);
@@ -268,9 +270,23 @@ static void test_gpu_summary(void)
     NB_CHECK_NEAR(s.sm_clock_mean_mhz, 1600, 1e-9);
     NB_CHECK_NEAR(s.util_mean_pct, 75, 1e-9);
     NB_CHECK_NEAR(s.mem_used_max_gib, 12, 1e-9);
+    NB_CHECK(s.reason_samples == 2);
+    NB_CHECK_NEAR(s.power_capped_pct, 50, 1e-9); /* the power cap held the clock in one of two */
+    NB_CHECK_NEAR(s.thermal_pct, 0, 1e-9);
     nb_gpu_summary_add(&s, &c); /* a refused reading changes nothing but the count */
-    NB_CHECK(s.samples == 3);
+    NB_CHECK(s.samples == 3 && s.reason_samples == 2);
     NB_CHECK_NEAR(s.power_max_w, 200, 1e-9);
+    NB_CHECK_NEAR(s.power_capped_pct, 50, 1e-9);
+    /* the report line names the share only when the reasons were read */
+    char buf[512] = "";
+    FILE *mf = fmemopen(buf, sizeof buf, "w");
+    NB_CHECK(mf != NULL);
+    nb_gpu_summary_fprint(mf, 0, &s);
+    nb_gpu_summary none = {.samples = 1, .power_mean_w = 90, .power_limit_w = 700};
+    nb_gpu_summary_fprint(mf, 1, &none);
+    fclose(mf);
+    NB_CHECK(strstr(buf, "power-capped 50% / thermal 0% of samples") != NULL);
+    NB_CHECK(strstr(buf, "GPU 1") && !strstr(strstr(buf, "GPU 1"), "power-capped"));
     /* Without a driver the sampler is absent (NULL, not an error): the report says n/a. */
     int n;
     if (nb_nvml_open(&n) != NB_OK) {

@@ -82,17 +82,7 @@ void nb_bench_print_level(FILE *f, const nb_bench_setup *su, const nb_bench_leve
     if (lv->n_gpus == 0) {
         fprintf(f, "  %-36s n/a (no NVML)\n", "GPU power:");
     }
-    for (int g = 0; g < lv->n_gpus; g++) {
-        const nb_gpu_summary *s = &lv->gpu[g];
-        double pct = s->power_limit_w > 0 ? 100.0 * s->power_mean_w / s->power_limit_w : NAN;
-        char p[32];
-        nb_fmt_num(p, sizeof p, pct, "%.0f%%");
-        fprintf(f,
-                "  GPU %d %-20.20s power mean %.0f W max %.0f W (%s of %.0f W limit), SM %.0f MHz (max %.0f), "
-                "util %.0f%%, mem %.1f/%.1f GiB, %d samples\n",
-                g, s->name, s->power_mean_w, s->power_max_w, p, s->power_limit_w, s->sm_clock_mean_mhz,
-                s->sm_clock_max_mhz, s->util_mean_pct, s->mem_used_max_gib, s->mem_total_gib, s->samples);
-    }
+    for (int g = 0; g < lv->n_gpus; g++) nb_gpu_summary_fprint(f, g, &lv->gpu[g]);
     if (lv->server.available) {
         char a[32], b[32], c[32], d[32];
         nb_fmt_num(a, sizeof a, lv->server.prompt_tokens, "%.0f");
@@ -192,6 +182,8 @@ char *nb_bench_json_line(const nb_bench_setup *su, const nb_bench_level *lv)
         cJSON_AddNumberToObject(x, "sm_clock_max_mhz", s->sm_clock_max_mhz);
         cJSON_AddNumberToObject(x, "util_mean_pct", s->util_mean_pct);
         cJSON_AddNumberToObject(x, "mem_used_max_gib", s->mem_used_max_gib);
+        nb_json_num_or_null(x, "power_capped_pct", s->reason_samples > 0 ? s->power_capped_pct : NAN);
+        nb_json_num_or_null(x, "thermal_slowdown_pct", s->reason_samples > 0 ? s->thermal_pct : NAN);
         cJSON_AddItemToArray(gpus, x);
     }
     cJSON *srv = cJSON_AddObjectToObject(o, "server_metrics");
