@@ -586,27 +586,21 @@ extern "C" nb_status nb_cuda_mlp(nb_ops_ctx *ctx, const nb_tensor *x, const nb_w
                 return NB_OK;
             }
         }
-        const int s4 = silu4_mode() && I % 4 == 0 && (uintptr_t)g % 16 == 0 && T * I / 4 < ((int64_t)1 << 31) ? silu4_mode() : 0;
-        if (s4) {
-            /* down on cuBLASLt with one term: SiLU(gate) * up goes to its BF16 input directly */
-            const int pre = s4 == 2 && pick(down, g, 2 * I, T) == 1 && lt_terms(down) == 1;
-            uint16_t *xb = pre ? (uint16_t *)nb_cuda_scratch(ctx, 0, lt_act_bytes(1, T, I)) : NULL;
-            if (pre && !xb) return NB_ERR_OUT_OF_MEMORY;
-            int blocks = (int)((T * I / 4 + 255) / 256);
-            uint32_t t = (uint32_t)T, i = (uint32_t)I;
-            void *args[] = {&g, &t, &i, &xb};
-            nb_lin_launch((const void *)k_silu_mul_pairs4, dim3(blocks < 65535 ? blocks : 65535), dim3(256), 0,
-                          nb_cuda_stream(ctx), args, 1);
-            NB_CUDA_LAUNCHED("mlp (silu of the pairs)");
-            if (pre) return lt(ctx, NULL, 0, T, down, (float *)out->data, out->stride[0], accumulate, xb);
-            return nb_cuda_linear_raw(ctx, g, 2 * I, T, down, (float *)out->data, out->stride[0], accumulate);
-        }
-        int blocks = (int)((T * I + 255) / 256);
+        /* four pairs per thread where the shapes allow; with down on cuBLASLt with one term,
+         * SiLU(gate) * up goes to its BF16 input directly */
+        const int s4 = I % 4 == 0 && (uintptr_t)g % 16 == 0 && T * I / 4 < ((int64_t)1 << 31) ? silu4_mode() : 0;
+        const int pre = s4 == 2 && pick(down, g, 2 * I, T) == 1 && lt_terms(down) == 1;
+        uint16_t *xb = pre ? (uint16_t *)nb_cuda_scratch(ctx, 0, lt_act_bytes(1, T, I)) : NULL;
+        if (pre && !xb) return NB_ERR_OUT_OF_MEMORY;
+        const int64_t n = s4 ? T * I / 4 : T * I, blocks = (n + 255) / 256;
         int64_t t = T, i = I;
-        void *args[] = {&g, &t, &i};
-        nb_lin_launch((const void *)k_silu_mul_pairs, dim3(blocks < 65535 ? blocks : 65535), dim3(256), 0,
-                      nb_cuda_stream(ctx), args, 1);
+        uint32_t t32 = (uint32_t)T, i32 = (uint32_t)I;
+        void *args1[] = {&g, &t, &i}, *args4[] = {&g, &t32, &i32, &xb};
+        nb_lin_launch(s4 ? (const void *)k_silu_mul_pairs4 : (const void *)k_silu_mul_pairs,
+                      dim3((unsigned)(blocks < 65535 ? blocks : 65535)), dim3(256), 0, nb_cuda_stream(ctx),
+                      s4 ? args4 : args1, 1);
         NB_CUDA_LAUNCHED("mlp (silu of the pairs)");
+        if (pre) return lt(ctx, NULL, 0, T, down, (float *)out->data, out->stride[0], accumulate, xb);
         return nb_cuda_linear_raw(ctx, g, 2 * I, T, down, (float *)out->data, out->stride[0], accumulate);
     }
     NB_TRY(nb_cuda_linear_raw(ctx, xp, x->stride[0], T, gate, g, I, 0));

@@ -477,6 +477,19 @@ __global__ void k_mla_split_q(const float *q, int64_t qs0, int64_t qs1, int T, i
     }
 }
 
+// Element e of a walk over q's (head, token) rows in groups of four floats, n4 groups per row
+// (head-major): those four floats, their row *ht = h * T + t, head *h, token *t and first
+// column *c.
+__device__ __forceinline__ float4 mla_q4_at(const float *q, int64_t qs0, int64_t qs1, int T, int n4, int64_t e,
+                                            int64_t *ht, int *h, int *t, int *c)
+{
+    *ht = e / n4;
+    *c = 4 * (int)(e - *ht * n4);
+    *h = (int)(*ht / T);
+    *t = (int)(*ht - (int64_t)*h * T);
+    return *(const float4 *)(q + (int64_t)*t * qs0 + (int64_t)*h * qs1 + *c);
+}
+
 // The same four elements per thread (nope % 4 == 0, q and its strides 16-byte aligned): one
 // float4 load per thread instead of four scalar loads and four 64-bit index divisions.
 __global__ void k_mla_split_q4(const float *q, int64_t qs0, int64_t qs1, int T, int H, int nope, uint16_t *qb, int two)
@@ -484,9 +497,9 @@ __global__ void k_mla_split_q4(const float *q, int64_t qs0, int64_t qs1, int T, 
     const int n4 = nope / 4;
     const int64_t total = (int64_t)H * T * n4;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t ht = e / n4;
-        const int c = 4 * (int)(e - ht * n4), h = (int)(ht / T), t = (int)(ht - (int64_t)h * T);
-        const float4 v = *(const float4 *)(q + (int64_t)t * qs0 + (int64_t)h * qs1 + c);
+        int64_t ht;
+        int h, t, c;
+        const float4 v = mla_q4_at(q, qs0, qs1, T, n4, e, &ht, &h, &t, &c);
         const float x[4] = {v.x, v.y, v.z, v.w};
         uint16_t hi[4], lo[4];
 #pragma unroll
@@ -513,9 +526,9 @@ __global__ void k_mla_split_q4pe(const float *q, int64_t qs0, int64_t qs1, int T
     const int n4 = (nope + rope) / 4;
     const int64_t total = (int64_t)H * T * n4;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t ht = e / n4;
-        const int c = 4 * (int)(e - ht * n4), h = (int)(ht / T), t = (int)(ht - (int64_t)h * T);
-        const float4 v = *(const float4 *)(q + (int64_t)t * qs0 + (int64_t)h * qs1 + c);
+        int64_t ht;
+        int h, t, c;
+        const float4 v = mla_q4_at(q, qs0, qs1, T, n4, e, &ht, &h, &t, &c);
         const float x[4] = {v.x, v.y, v.z, v.w};
         uint16_t hi[4];
 #pragma unroll
