@@ -584,6 +584,8 @@ static void write_json(FILE *f, const char *model, const nb_engine_info *info, c
             if (s->reason_samples > 0)
                 fprintf(f, ", \"power_capped_pct\": %.1f, \"thermal_slowdown_pct\": %.1f", s->power_capped_pct,
                         s->thermal_pct);
+            else /* the driver did not say: null, as in nibble bench's JSON */
+                fprintf(f, ", \"power_capped_pct\": null, \"thermal_slowdown_pct\": null");
             fprintf(f, "}");
         }
         fprintf(f, "]}");

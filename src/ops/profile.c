@@ -214,11 +214,13 @@ nb_status nb_ops_profile_end(nb_ops_ctx *ctx, nb_op_prof *acc, double tokens)
     }
 #if NIBBLE_HAVE_CUDA
     if (st == NB_OK && nb_ops_ctx_device(ctx) == NB_DEVICE_CUDA) st = nb_cuda_prof_finish(g.cu, 2 * g.n, g.ms);
-    if (nb_ops_ctx_device(ctx) == NB_DEVICE_CUDA) nb_cuda_prof_range(0);
     else
 #endif
         if (st == NB_OK) st = nb_ops_sync(ctx);
     double wall = now_ms() - g.wall0;
+#if NIBBLE_HAVE_CUDA
+    if (nb_ops_ctx_device(ctx) == NB_DEVICE_CUDA) nb_cuda_prof_range(0); /* after the step's wall clock */
+#endif
     if (st == NB_OK && nb_ops_ctx_device(ctx) == NB_DEVICE_CPU)
         for (int i = 0; i < g.n; i++) g.ms[i] = g.recs[i].t1 - g.recs[i].t0;
     for (int i = 0; st == NB_OK && i < g.n; i++)
