@@ -657,9 +657,12 @@ extern "C" int nb_moe_should_use_wgmma(int tokens, int topk, int experts, int hi
 // Warps that split K per row-tile pair of a phase with `pairs` pairs per expert (gate_up:
 // inter/16, down: hidden/32): enough pair-tasks over the expected touched experts for ~16
 // warps on each of 132 SMs without splitting, else split 2 or 4 ways.
-static int moe_k_split(int tokens, int topk, int experts, int pairs)
+// A/B runs: NIBBLE_MOE_KSPLIT forces 1, 2 or 4 for both phases, NIBBLE_MOE_KSPLIT_GU and
+// NIBBLE_MOE_KSPLIT_DN one phase each (they win over NIBBLE_MOE_KSPLIT).
+static int moe_k_split(int tokens, int topk, int experts, int pairs, const char *phase_env)
 {
-    const char *env = getenv("NIBBLE_MOE_KSPLIT");  // A/B runs: force 1, 2 or 4
+    const char *env = getenv(phase_env);
+    if (!env || !*env) env = getenv("NIBBLE_MOE_KSPLIT");
     if (env && (!strcmp(env, "1") || !strcmp(env, "2") || !strcmp(env, "4"))) return atoi(env);
     double touched = experts * (1.0 - pow(1.0 - (double)topk / experts, (double)tokens));
     double tasks = touched * pairs;
@@ -883,8 +886,8 @@ static nb_status moe_forward_impl(const nb_moe_weights_dev *w, const nb_moe_desc
     p.x = d->x, p.act = ws.act, p.sorted = ws.sorted, p.tiles = ws.tiles, p.n_tiles = ws.n_tiles;
     p.route_w = d->weights, p.out = d->out, p.work = ws.work, p.done = ws.done;
     p.zero_elems = d->accumulate ? 0 : (size_t)d->tokens * w->hidden;
-    p.ks_gu = moe_k_split(d->tokens, topk, w->experts, w->inter / 16);
-    p.ks_dn = moe_k_split(d->tokens, topk, w->experts, w->hidden / 32);
+    p.ks_gu = moe_k_split(d->tokens, topk, w->experts, w->inter / 16, "NIBBLE_MOE_KSPLIT_GU");
+    p.ks_dn = moe_k_split(d->tokens, topk, w->experts, w->hidden / 32, "NIBBLE_MOE_KSPLIT_DN");
     if (nt >= NB_MOE_NT_MMA) p.ks_gu = p.ks_dn = 1;  // the mma kernel stages tokens per block
     int small = 0;                                    // moe_ffn_small_kernel
     if (k == NB_MOE_KERNEL_STREAM && d->tokens * topk <= MOE_SMALL_SLOTS && cfg->small) {

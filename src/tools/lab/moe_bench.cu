@@ -20,7 +20,8 @@
 // A/B runs in one process: NIBBLE_BENCH_MOE_VARIANTS="A=1,B=2 A=3" times every token point
 // once per space-separated variant, with its comma-separated environment assignments set
 // (every name any variant assigns is unset first), on the same weights and routings; the
-// row ends with the variant. The kernels read their switches at each launch.
+// row ends with the variant. The kernels read their switches at each launch (graphs: at
+// capture), and the timed runs go round-robin over the variants.
 #define BENCH_MAX_VARIANTS 8
 typedef struct {
     int n;
@@ -59,6 +60,28 @@ static void variants_apply(const bench_variants *v, int vi)
                     setenv(tok, eq + 1, 1);
             }
         }
+}
+
+// Variant vi's switches set (and the stream kernel's cache of them dropped); nothing without
+// variants.
+static void variant_select(const bench_variants *v, int vi)
+{
+    if (!v->n) return;
+    variants_apply(v, vi);
+    nb_moe_stream_set(-1, 0, 0, 0);
+}
+
+// One step's descriptor on routing set s (ids and weights of set s, maxT * K apart).
+static nb_moe_desc desc_of(int T, int K, nb_moe_kernel kern, void *x, void *out, void *wsp, size_t wsb, void *dids,
+                           void *dw, int maxT, int s)
+{
+    nb_moe_desc d;
+    memset(&d, 0, sizeof d);
+    d.tokens = T, d.topk = K, d.x = (const uint16_t *)x, d.out = (float *)out, d.kernel = kern;
+    d.workspace = wsp, d.workspace_bytes = wsb;
+    d.ids = (const int32_t *)dids + (size_t)s * maxT * K;
+    d.weights = (const float *)dw + (size_t)s * maxT * K;
+    return d;
 }
 
 __device__ __forceinline__ uint32_t bench_hash(uint64_t x)
@@ -320,9 +343,15 @@ extern "C" nb_status nb_bench_moe_run(const nb_bench_moe_params *p)
     printf("\n%7s %7s %9s %9s %8s %9s %9s %9s %9s %10s\n", "tokens", "kernel", "ms", "ms(nogr)", "experts", "GB/s",
            "TFLOP/s", "floor ms", "bound", "time/floor");
 
-    cudaEvent_t *ev = (cudaEvent_t *)malloc(sizeof(cudaEvent_t) * 2 * p->iters);
-    for (int i = 0; i < 2 * p->iters; i++) cudaEventCreate(&ev[i]);
-    float *tg = (float *)malloc(sizeof(float) * p->iters), *ts = (float *)malloc(sizeof(float) * p->iters);
+    bench_variants var;
+    variants_parse(&var);
+    const int nv = var.n ? var.n : 1;
+    cudaEvent_t *ev = (cudaEvent_t *)malloc(sizeof(cudaEvent_t) * 2 * p->iters * nv);
+    for (int i = 0; i < 2 * p->iters * nv; i++) cudaEventCreate(&ev[i]);
+    float *tg = (float *)malloc(sizeof(float) * p->iters * nv), *ts = (float *)malloc(sizeof(float) * p->iters * nv);
+    cudaGraphExec_t *graphs = (cudaGraphExec_t *)calloc((size_t)nv * BENCH_ID_SETS, sizeof(cudaGraphExec_t));
+    nb_moe_kernel kerns[BENCH_MAX_VARIANTS];
+    int n_graphs = 0;
     int32_t *hids = (int32_t *)malloc(sizeof(int32_t) * maxT * K);
     float *hw = (float *)malloc(sizeof(float) * maxT * K);
     cudaStream_t st;
@@ -337,8 +366,6 @@ extern "C" nb_status nb_bench_moe_run(const nb_bench_moe_params *p)
         sm_arch = 10 * major + minor;
     }
 
-    bench_variants var;
-    variants_parse(&var);
     int rows = 0;
     for (int ti = 0; ti < p->n_tokens && status == NB_OK; ti++) {
         const int T = p->tokens[ti];
@@ -349,25 +376,22 @@ extern "C" nb_status nb_bench_moe_run(const nb_bench_moe_params *p)
             cudaMemcpy((float *)dw + (size_t)s * maxT * K, hw, sizeof(float) * T * K, cudaMemcpyHostToDevice);
         }
         touched /= BENCH_ID_SETS;
-        for (int vi = 0; vi < (var.n ? var.n : 1) && status == NB_OK; vi++) {
-            if (var.n) {
-                variants_apply(&var, vi);
-                nb_moe_stream_set(-1, 0, 0, 0);  // the stream kernel caches its switches: re-read them
-            }
+        // Every variant's graphs first (its switches are read at capture), then the timed runs
+        // round-robin over the variants: a drift of the machine during the point (clocks,
+        // power cap, HBM temperature) falls on all of them alike. Before the eleventh session
+        // each variant ran its runs in a block, and a 64-token point of one binary read 1.14 ms
+        // as the first variant and 1.37 ms as the seventh (bench/RESULTS.md, issue 8).
+        for (int vi = 0; vi < nv && status == NB_OK; vi++) {
+            variant_select(&var, vi);
             nb_moe_kernel kern = kernel_of(p->kernel);
             if (kern == NB_MOE_KERNEL_AUTO) kern = nb_moe_pick_kernel(T, K, E, H, I, sm_arch);
-            nb_moe_desc d;
-            memset(&d, 0, sizeof d);
-            d.tokens = T, d.topk = K, d.x = (const uint16_t *)x, d.out = (float *)out, d.kernel = kern;
-            d.workspace = wsp, d.workspace_bytes = wsb;
+            kerns[vi] = kern;
+            nb_moe_desc d = desc_of(T, K, kern, x, out, wsp, wsb, dids, dw, maxT, 0);
             // Un-captured first call: lazy module loading and the launcher's one-time queries.
-            d.ids = (const int32_t *)dids, d.weights = (const float *)dw;
             if ((status = nb_moe_forward(&ws[0].w, &d, st)) != NB_OK) break;
             // One graph per (routing, weight set) pair used; the timed loop cycles through them.
-            cudaGraphExec_t graphs[BENCH_ID_SETS];
             for (int s = 0; s < BENCH_ID_SETS && status == NB_OK; s++) {
-                d.ids = (const int32_t *)dids + (size_t)s * maxT * K;
-                d.weights = (const float *)dw + (size_t)s * maxT * K;
+                d = desc_of(T, K, kern, x, out, wsp, wsb, dids, dw, maxT, s);
                 cudaGraph_t gr;
                 if (cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
                     status = nb_error(NB_ERR_CUDA, "bench-moe: cannot capture a graph");
@@ -376,36 +400,48 @@ extern "C" nb_status nb_bench_moe_run(const nb_bench_moe_params *p)
                 status = nb_moe_forward(&ws[s % sets].w, &d, st);
                 cudaError_t ce = cudaStreamEndCapture(st, &gr);
                 if (status == NB_OK && ce != cudaSuccess) status = nb_error(NB_ERR_CUDA, "bench-moe: capture failed");
-                if (status == NB_OK && cudaGraphInstantiate(&graphs[s], gr, 0) != cudaSuccess)
+                if (status == NB_OK && cudaGraphInstantiate(&graphs[vi * BENCH_ID_SETS + s], gr, 0) != cudaSuccess)
                     status = nb_error(NB_ERR_CUDA, "bench-moe: graph instantiate failed");
                 if (status == NB_OK) cudaGraphDestroy(gr);
+                if (status == NB_OK) n_graphs = vi * BENCH_ID_SETS + s + 1;
             }
-            if (status != NB_OK) break;
-            for (int s = 0; s < BENCH_ID_SETS; s++) cudaGraphLaunch(graphs[s], st);  // warm-up
-            for (int i = 0; i < p->iters; i++) {
-                cudaEventRecord(ev[2 * i], st);
-                cudaGraphLaunch(graphs[i % BENCH_ID_SETS], st);
-                cudaEventRecord(ev[2 * i + 1], st);
-            }
-            if (cudaStreamSynchronize(st) != cudaSuccess) {
+        }
+        if (status == NB_OK) {
+            for (int g = 0; g < nv * BENCH_ID_SETS; g++) cudaGraphLaunch(graphs[g], st);  // warm-up
+            for (int i = 0; i < p->iters; i++)
+                for (int vi = 0; vi < nv; vi++) {
+                    const int e = 2 * (i * nv + vi);
+                    cudaEventRecord(ev[e], st);
+                    cudaGraphLaunch(graphs[vi * BENCH_ID_SETS + i % BENCH_ID_SETS], st);
+                    cudaEventRecord(ev[e + 1], st);
+                }
+            if (cudaStreamSynchronize(st) != cudaSuccess)
                 status = nb_error(NB_ERR_CUDA, "bench-moe: T=%d: %s", T, cudaGetErrorString(cudaGetLastError()));
-                break;
-            }
-            for (int i = 0; i < p->iters; i++) cudaEventElapsedTime(&tg[i], ev[2 * i], ev[2 * i + 1]);
-            for (int i = 0; i < p->iters && status == NB_OK; i++) {
-                int s = i % BENCH_ID_SETS;
-                d.ids = (const int32_t *)dids + (size_t)s * maxT * K;
-                d.weights = (const float *)dw + (size_t)s * maxT * K;
-                cudaEventRecord(ev[2 * i], st);
+            for (int i = 0; i < p->iters && status == NB_OK; i++)
+                for (int vi = 0; vi < nv; vi++)
+                    cudaEventElapsedTime(&tg[vi * p->iters + i], ev[2 * (i * nv + vi)], ev[2 * (i * nv + vi) + 1]);
+        }
+        // Plain stream launches, round-robin likewise (the variant's switches set before each).
+        for (int i = 0; i < p->iters && status == NB_OK; i++)
+            for (int vi = 0; vi < nv && status == NB_OK; vi++) {
+                if (nv > 1) variant_select(&var, vi);
+                const int s = i % BENCH_ID_SETS, e = 2 * (i * nv + vi);
+                nb_moe_desc d = desc_of(T, K, kerns[vi], x, out, wsp, wsb, dids, dw, maxT, s);
+                cudaEventRecord(ev[e], st);
                 status = nb_moe_forward(&ws[s % sets].w, &d, st);
-                cudaEventRecord(ev[2 * i + 1], st);
+                cudaEventRecord(ev[e + 1], st);
             }
-            if (cudaStreamSynchronize(st) != cudaSuccess && status == NB_OK)
-                status = nb_error(NB_ERR_CUDA, "bench-moe: T=%d: %s", T, cudaGetErrorString(cudaGetLastError()));
-            for (int i = 0; i < p->iters; i++) cudaEventElapsedTime(&ts[i], ev[2 * i], ev[2 * i + 1]);
-            for (int s = 0; s < BENCH_ID_SETS; s++) cudaGraphExecDestroy(graphs[s]);
-            if (status != NB_OK) break;
-            double ms = median(tg, p->iters), ms_s = median(ts, p->iters);
+        if (cudaStreamSynchronize(st) != cudaSuccess && status == NB_OK)
+            status = nb_error(NB_ERR_CUDA, "bench-moe: T=%d: %s", T, cudaGetErrorString(cudaGetLastError()));
+        for (int g = 0; g < n_graphs; g++) cudaGraphExecDestroy(graphs[g]);
+        n_graphs = 0;
+        if (status != NB_OK) break;
+        for (int i = 0; i < p->iters; i++)
+            for (int vi = 0; vi < nv; vi++)
+                cudaEventElapsedTime(&ts[vi * p->iters + i], ev[2 * (i * nv + vi)], ev[2 * (i * nv + vi) + 1]);
+        for (int vi = 0; vi < nv; vi++) {
+            const nb_moe_kernel kern = kerns[vi];
+            double ms = median(tg + vi * p->iters, p->iters), ms_s = median(ts + vi * p->iters, p->iters);
             double bytes = touched * expert_bytes + (double)T * H * (2 + 4);
             double flops = 6.0 * T * K * (double)H * I;
             double fb = bytes / (c.copy_GBps * 1e9) * 1e3, ff = flops / (c.bf16_TFLOPs * 1e12) * 1e3;
@@ -432,7 +468,8 @@ extern "C" nb_status nb_bench_moe_run(const nb_bench_moe_params *p)
         fprintf(jf, "\n]}\n");
         fclose(jf);
     }
-    for (int i = 0; i < 2 * p->iters; i++) cudaEventDestroy(ev[i]);
+    for (int i = 0; i < 2 * p->iters * nv; i++) cudaEventDestroy(ev[i]);
+    free(graphs);
     cudaStreamDestroy(st);
     free(ev), free(tg), free(ts), free(hids), free(hw), free(rank_of), free(cdf);
     for (int s = 0; s < sets; s++) cudaFree(ws[s].mem);
