@@ -634,9 +634,13 @@ extern "C" int nb_moe_should_use_stream(double tokens_per_expert, int n, int k, 
     // Up to 16 tokens (two n8 fragments) per expert, the weight bytes dominate: stream them
     // with the most parallelism (K split over 4 warps, all experts' items over all SMs).
     // Where the 16-warp wgmma kernel can take the step (sm 90 passed, n = inter % 256,
-    // k = hidden % 512) its 16-token tiles win from ~8 tokens per expert (H200, GLM-5 layer:
-    // 256 tokens 1.90 ms against 2.06; at 64 tokens, 2 per expert, 1.53 against 1.46).
-    if (sm == 90 && n % 256 == 0 && k % 512 == 0) return tokens_per_expert <= 4.0;
+    // k = hidden % 512) it wins from ~12 tokens per expert. H200, GLM-5 layer, the two
+    // kernels interleaved in one process (bench/RESULTS.md, issue 8, eleventh session): 192 /
+    // 256 / 320 tokens (6 / 8 / 10 per expert) 1.65 / 1.71-1.73 / 1.85 ms streamed against
+    // 1.79 / 1.80-1.85 / 1.95 on wgmma's 16-token tiles; 384 tokens (12) 1.99-2.06 against
+    // 1.88-1.99. (The third session's kernels put the bound at 4: 256 tokens 2.06 against
+    // 1.90; the stream kernel's loop has lost a quarter of its instructions since.)
+    if (sm == 90 && n % 256 == 0 && k % 512 == 0) return tokens_per_expert <= 10.0;
     return tokens_per_expert <= 12.0;
 }
 
@@ -656,17 +660,22 @@ extern "C" int nb_moe_should_use_wgmma(int tokens, int topk, int experts, int hi
 
 // Warps that split K per row-tile pair of a phase with `pairs` pairs per expert (gate_up:
 // inter/16, down: hidden/32): enough pair-tasks over the expected touched experts for ~16
-// warps on each of 132 SMs without splitting, else split 2 or 4 ways.
+// warps on each of 132 SMs without splitting, else split 2 or 4 ways. The down phase (K =
+// inter, the shorter) splits only below ~8 warps' worth per SM, and gate_up splits 4 ways
+// only below 4: at 1 token of a GLM-5 layer that is gate_up 2 / down 1 instead of 4 / 2,
+// 4 % faster (H200, interleaved in one process, bench/RESULTS.md, issue 8, eleventh session:
+// 0.0527 against 0.0550 ms; gate_up 2 alone 0.0535, down 1 alone 0.0541). From 2 tokens
+// on nothing changes (2 tokens: 2 / 1, every other split within 1-2 %).
 // A/B runs: NIBBLE_MOE_KSPLIT forces 1, 2 or 4 for both phases, NIBBLE_MOE_KSPLIT_GU and
 // NIBBLE_MOE_KSPLIT_DN one phase each (they win over NIBBLE_MOE_KSPLIT).
-static int moe_k_split(int tokens, int topk, int experts, int pairs, const char *phase_env)
+static int moe_k_split(int tokens, int topk, int experts, int pairs, int down)
 {
-    const char *env = getenv(phase_env);
+    const char *env = getenv(down ? "NIBBLE_MOE_KSPLIT_DN" : "NIBBLE_MOE_KSPLIT_GU");
     if (!env || !*env) env = getenv("NIBBLE_MOE_KSPLIT");
     if (env && (!strcmp(env, "1") || !strcmp(env, "2") || !strcmp(env, "4"))) return atoi(env);
     double touched = experts * (1.0 - pow(1.0 - (double)topk / experts, (double)tokens));
     double tasks = touched * pairs;
-    return tasks >= 132 * 16 ? 1 : tasks >= 132 * 8 ? 2 : 4;
+    return tasks >= 132 * (down ? 8 : 16) ? 1 : tasks >= 132 * 4 ? 2 : 4;
 }
 
 // The stream kernel's switches, read once from the environment (A/B runs of one binary):
@@ -788,6 +797,15 @@ static int moe_sm_arch(void)
     return arch;
 }
 
+// The stream kernels' grid: every block that can be resident, or fewer where NIBBLE_MOE_BLOCKS
+// caps it (A/B runs of the item balance; the small-step kernel needs only that all its blocks
+// be resident, which fewer are).
+static int moe_grid_blocks(int resident)
+{
+    const int cap = moe_env_int("NIBBLE_MOE_BLOCKS", 0, 0, 1 << 20);
+    return cap > 0 && cap < resident ? cap : resident;
+}
+
 template <int NT, bool SMALL, int LOOP>
 static void (*moe_kern(void))(moe_params)
 {
@@ -817,7 +835,7 @@ static nb_status moe_launch_ffn(const moe_params &p, cudaStream_t st)
         if (per_sm < 1) return nb_error(NB_ERR_CUDA, "moe: FFN kernel<%d> cannot be resident", NT);
     }
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)(moe_sm_count() * per_sm));
+    cfg.gridDim = dim3((unsigned)moe_grid_blocks(moe_sm_count() * per_sm));
     cfg.blockDim = dim3(MOE_THREADS);
     cfg.dynamicSmemBytes = dyn;
     cfg.stream = st;
@@ -886,8 +904,8 @@ static nb_status moe_forward_impl(const nb_moe_weights_dev *w, const nb_moe_desc
     p.x = d->x, p.act = ws.act, p.sorted = ws.sorted, p.tiles = ws.tiles, p.n_tiles = ws.n_tiles;
     p.route_w = d->weights, p.out = d->out, p.work = ws.work, p.done = ws.done;
     p.zero_elems = d->accumulate ? 0 : (size_t)d->tokens * w->hidden;
-    p.ks_gu = moe_k_split(d->tokens, topk, w->experts, w->inter / 16, "NIBBLE_MOE_KSPLIT_GU");
-    p.ks_dn = moe_k_split(d->tokens, topk, w->experts, w->hidden / 32, "NIBBLE_MOE_KSPLIT_DN");
+    p.ks_gu = moe_k_split(d->tokens, topk, w->experts, w->inter / 16, 0);
+    p.ks_dn = moe_k_split(d->tokens, topk, w->experts, w->hidden / 32, 1);
     if (nt >= NB_MOE_NT_MMA) p.ks_gu = p.ks_dn = 1;  // the mma kernel stages tokens per block
     int small = 0;                                    // moe_ffn_small_kernel
     if (k == NB_MOE_KERNEL_STREAM && d->tokens * topk <= MOE_SMALL_SLOTS && cfg->small) {
