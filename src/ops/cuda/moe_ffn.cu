@@ -734,7 +734,9 @@ static const moe_stream_cfg *moe_stream_config(void)
     return &c;
 }
 
-// Token fragments per warp: 1 in the stream kernel up to 4 tokens per expert, else 2; the
+// Token fragments per warp: 1 in the stream kernel up to 6 tokens per expert, else 2 (H200,
+// GLM-5 layer, interleaved: 192 tokens, 6 per expert, 1.63 ms at 8-token tiles against 1.74
+// at 16; 256 tokens 2.06 against 1.88; bench/RESULTS.md, issue 8, eleventh session); the
 // mma kernel 4, or 8 (64-token tiles) from 48 tokens per expert; the wgmma kernel 64-token
 // tiles (each multiplied at the narrowest width that covers it).
 static int moe_nt(nb_moe_kernel k, double tokens_per_expert, int slots, int hidden, int inter)
@@ -742,7 +744,7 @@ static int moe_nt(nb_moe_kernel k, double tokens_per_expert, int slots, int hidd
     if (k == NB_MOE_KERNEL_WGMMA) return moe_wg_tile_tokens(tokens_per_expert, slots, hidden, inter) / 8;
     if (k == NB_MOE_KERNEL_MMA) return tokens_per_expert >= 48.0 ? 2 * NB_MOE_NT_MMA : NB_MOE_NT_MMA;
     if (moe_stream_config()->nt) return moe_stream_config()->nt;
-    return tokens_per_expert <= 4.0 ? 1 : 2;
+    return tokens_per_expert <= 6.0 ? 1 : 2;
 }
 
 extern "C" nb_moe_kernel nb_moe_pick_kernel(int tokens, int topk, int experts, int hidden, int inter, int sm)
