@@ -244,8 +244,7 @@ static void test_moe_glm5_shape(void)
  * kernel) at 8- and 16-token tiles, the counter-driven kernel with the shuffle-scan routing at
  * forced 8- and 16-token tiles, all on the default k-group loop (2: lanes past the tile read
  * its first row instead of zeros, so a column the epilogue should not store would show); then
- * the last four on loops 0 and 1 (NIBBLE_MOE_STREAM_LOOP), and the small-step kernel on loop 3
- * (its down items wait per act k-group, not for the whole tile's gate_up). */
+ * the last four on loops 0 and 1 (NIBBLE_MOE_STREAM_LOOP). */
 static const struct {
     int small, nt, fast_route, loop;
     const char *name;
@@ -263,8 +262,6 @@ static const struct {
     {1, 2, 1, 1, "small-step kernel, 16-token tiles, loop 1"},
     {0, 1, 1, 1, "8-token tiles, loop 1"},
     {0, 2, 1, 1, "16-token tiles, loop 1"},
-    {1, 0, 1, 3, "small-step kernel, loop 3 (down waits per act k-group)"},
-    {1, 2, 1, 3, "small-step kernel, 16-token tiles, loop 3"},
 };
 
 static void test_moe_stream_variants(void)

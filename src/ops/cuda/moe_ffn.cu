@@ -38,17 +38,7 @@ __device__ __forceinline__ void mma_bf16(float c[4], uint32_t a0, uint32_t a1, u
 
 static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
-static __host__ __device__ size_t moe_max_tiles(int slots, int experts)
-{
-    return (size_t)slots / MOE_MIN_TILE + (size_t)experts + 1;
-}
-
-// The small-step kernel's act k-group counters (k-group loop 3): counter ti * (inter/256) + kg
-// counts the gate_up items of tile ti done with act columns [256 kg, 256 kg + 256).
-static __host__ __device__ int *moe_kg_counters(int *done, int slots, int experts)
-{
-    return done + moe_max_tiles(slots, experts);
-}
+static size_t moe_max_tiles(int slots, int experts) { return (size_t)slots / MOE_MIN_TILE + (size_t)experts + 1; }
 
 __device__ __forceinline__ int ld_relaxed(const int *p)
 {
@@ -60,28 +50,13 @@ __device__ __forceinline__ int ld_relaxed(const int *p)
 // Spins until the counter *p reaches v: relaxed polls, then one acquire load. An acquire load
 // is LDG.STRONG.GPU + CCTL.IVALL in SASS (nvcc 13.0, sm_90a): it drops the SM's whole L1,
 // where the other blocks' warps on that SM keep the token rows they read (x by __ldg), so a
-// waiting block polling by acquire slows its neighbours. Counters only grow, so the acquire
-// reads a value >= v.
+// block polling by acquire loads invalidates its neighbours' L1 at every poll. Counters only
+// grow, so the acquire reads a value >= v. (Measured even against acquire polls at 1-64
+// tokens on an H200, twelfth session; kept for the neighbours' sake.)
 __device__ __forceinline__ void moe_wait_geq(const int *p, int v)
 {
     while (ld_relaxed(p) < v) __nanosleep(64);
     (void)ld_acquire(p);
-}
-
-// Loop 3's wait (all lanes of a warp, kg warp-uniform): returns the mask of k-groups whose
-// counters reached `need`, polling until it holds kg. Lane i reads counter i (kgroups <= 32):
-// relaxed polls, then one acquire load per lane (one L1 invalidation per update of the mask;
-// the counters only grow, so the acquired values keep every bit); __syncwarp orders the
-// acquiring lanes' loads before every lane's act loads.
-__device__ __forceinline__ unsigned moe_kg_wait(const int *kgc, int kgroups, int need, int kg)
-{
-    const int lane = threadIdx.x & 31;
-    while (!((__ballot_sync(0xffffffffu, lane < kgroups && ld_relaxed(kgc + lane) >= need) >> kg) & 1u))
-        __nanosleep(64);
-    const int v = lane < kgroups ? ld_acquire(kgc + lane) : 0;
-    const unsigned m = __ballot_sync(0xffffffffu, v >= need && lane < kgroups);
-    __syncwarp();
-    return m;
 }
 
 static size_t moe_ws_layout(int experts, int hidden, int inter, int tokens, int slots, char *base, moe_ws *ws)
@@ -97,9 +72,7 @@ static size_t moe_ws_layout(int experts, int hidden, int inter, int tokens, int 
     MOE_WS_PART(offsets, int, experts + 1);
     MOE_WS_PART(sorted, int, slots);
     MOE_WS_PART(tiles, int4, mt);
-    // done: mt tile counters, then the small-step kernel's act k-group counters (loop 3:
-    // MOE_SMALL_SLOTS tiles x inter/256 k-groups at most; moe_kg_counters finds them)
-    MOE_WS_PART(done, int, mt + (size_t)MOE_SMALL_SLOTS * (size_t)(inter / 256));
+    MOE_WS_PART(done, int, mt);
     MOE_WS_PART(act, uint16_t, (size_t)slots * (size_t)inter);
     MOE_WS_PART(xp, uint16_t, (size_t)tokens * (size_t)hidden);
 #undef MOE_WS_PART
@@ -110,14 +83,13 @@ static size_t moe_ws_layout(int experts, int hidden, int inter, int tokens, int 
 // FFN kernel's work counters. fast: the two inclusive scans by warp shuffles (4 barriers);
 // else the first version's shared-memory Hillis-Steele scans (20 barriers), kept for A/B runs.
 __global__ void __launch_bounds__(1024) moe_route_kernel(const int32_t *ids, int slots, int experts, int tile,
-                                                         moe_ws ws, int fast, int *kg_zero, int kg_n)
+                                                         moe_ws ws, int fast)
 {
     __shared__ int cnt[MOE_MAX_EXPERTS], cur[MOE_MAX_EXPERTS], tsc[MOE_MAX_EXPERTS], csc[MOE_MAX_EXPERTS];
     griddep_launch_dependents();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     for (int e = tid; e < MOE_MAX_EXPERTS; e += blockDim.x) cnt[e] = 0;
     if (tid < 2) ws.work[tid] = 0;
-    for (int i = tid; i < kg_n; i += blockDim.x) kg_zero[i] = 0;
     __syncthreads();
     for (int i = tid; i < slots; i += blockDim.x) {
         int e = ids ? ids[i] : 0;
@@ -324,13 +296,10 @@ __device__ __forceinline__ void moe_group(const uint4 (&wa)[4], const uint4 (&wb
 // row[r]: element offset of token row r of the tile in x (gate_up) or act (down), -1 past
 // the tile's count. The warp with part 0 of each pair reduces and runs the epilogue.
 // sorted: the step's slot ids in expert order (p.sorted, or the small-step kernel's own copy).
-// kgc (loop 3, down items of the small-step kernel; NULL otherwise): the tile's act k-group
-// counters; each k-group's act is read once kg_need gate_up items have published it, instead
-// of the whole tile's gate_up being waited for before the item starts.
 template <int NT, bool DN, int LOOP = NB_MOE_STREAM_LOOP_DEFAULT>
 __device__ __forceinline__ void moe_item(const moe_params &p, moe_smem_probe<NT> &sm, char *stage,
                                          const long long *row, int e, int start, int cnt, int rb, int ks,
-                                         const int *sorted, const int *kgc = nullptr, int kg_need = 0)
+                                         const int *sorted)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -391,7 +360,7 @@ __device__ __forceinline__ void moe_item(const moe_params &p, moe_smem_probe<NT>
             for (int qq = 0; qq < 4; qq++) ca[qq] = na[qq], cb[qq] = nb[qq];
             csa = nsa, csb = nsb;
         }
-    } else if (LOOP >= 2) {
+    } else if (LOOP == 2) {
         // LOOP 1's pointers, and two k-groups per trip with the two register sets swapping
         // roles (no copy of the next group's codes into the current set: 36 moves per group),
         // and lanes past the tile reading the tile's first row instead of zeros (no zeroing,
@@ -404,19 +373,14 @@ __device__ __forceinline__ void moe_item(const moe_params &p, moe_smem_probe<NT>
         const uint16_t *pad = bbase + row[0] + t * 16;  // a tile holds at least one token
 #pragma unroll
         for (int j = 0; j < NT; j++) bk[j] = (brow[j] ? brow[j] : pad) + (size_t)kg0 * 256;
-        // loop 3: the act k-groups known ready (bit kg); W2's loads run ahead of the waits
-        const bool early = LOOP == 3 && DN && kgc;
-        unsigned ready = 0;
         if (kg0 < kg1) moe_load_group(pa, pb, qa, qb, 0, ca, cb, csa, csb);
         for (int kg = kg0; kg < kg1; kg += 2) {
             if (kg + 1 < kg1) moe_load_group(pa + 2048, pb + 2048, qa + 256, qb + 256, 0, na, nb, nsa, nsb);
-            if (early && !((ready >> kg) & 1u)) ready = moe_kg_wait(kgc, kgroups, kg_need, kg);
             moe_group<NT, false, true>(ca, cb, csa, csb, bk, nullptr, DN, 0, acca, accb);
 #pragma unroll
             for (int j = 0; j < NT; j++) bk[j] += 256;
             if (kg + 1 >= kg1) break;
             if (kg + 2 < kg1) moe_load_group(pa + 4096, pb + 4096, qa + 512, qb + 512, 0, ca, cb, csa, csb);
-            if (early && !((ready >> (kg + 1)) & 1u)) ready = moe_kg_wait(kgc, kgroups, kg_need, kg + 1);
             moe_group<NT, false, true>(na, nb, nsa, nsb, bk, nullptr, DN, 0, acca, accb);
 #pragma unroll
             for (int j = 0; j < NT; j++) bk[j] += 256;
@@ -628,10 +592,6 @@ __global__ void __launch_bounds__(MOE_THREADS, MOE_MIN_BLOCKS(NT)) moe_ffn_small
     const int rb_gu = p.inter / 16 / (MOE_WARPS / p.ks_gu), rb_dn = p.hidden / 32 / (MOE_WARPS / p.ks_dn);
     const int n_z = (int)((p.zero_elems + MOE_ZERO_CHUNK - 1) / MOE_ZERO_CHUNK);
     const int n_tiles = s_ntiles, n_gu = n_tiles * rb_gu, total = n_z + n_gu + n_tiles * rb_dn;
-    // loop 3: a gate_up item covers act columns of one k-group (MOE_WARPS / ks_gu pairs of 16,
-    // 256 / 16 pairs per k-group), so kg_need of them complete a k-group
-    const int kgroups_dn = p.inter / 256, ppi = MOE_WARPS / p.ks_gu, kg_need = 16 / ppi;
-    int *const kgc = LOOP == 3 ? moe_kg_counters(p.done, p.slots, p.experts) : nullptr;
     bool waited = false;  // thread 0's griddepcontrol.wait done
     for (int item = blockIdx.x; item < total; item += gridDim.x) {
         if (item < n_z) {
@@ -657,19 +617,17 @@ __global__ void __launch_bounds__(MOE_THREADS, MOE_MIN_BLOCKS(NT)) moe_ffn_small
         }
         if (dn && tid == 0) {
             if (!waited) griddep_wait(), waited = true;
-            if (!kgc) moe_wait_geq(p.done + ti, rb_gu);
+            moe_wait_geq(p.done + ti, rb_gu);
             moe_wait_geq(p.work + 1, n_z);
         }
         __syncthreads();
         if (dn) {
-            moe_item<NT, true, LOOP>(p, sm, nullptr, s_row, tl.x, tl.y, tl.z, rb, p.ks_dn, s_sorted,
-                                     kgc ? kgc + ti * kgroups_dn : nullptr, kg_need);
+            moe_item<NT, true, LOOP>(p, sm, nullptr, s_row, tl.x, tl.y, tl.z, rb, p.ks_dn, s_sorted);
         } else {
             moe_item<NT, false, LOOP>(p, sm, nullptr, s_row, tl.x, tl.y, tl.z, rb, p.ks_gu, s_sorted);
             if (tid == 0) {
                 if (!waited) griddep_wait(), waited = true;
                 add_release(p.done + ti, 1);
-                if (kgc) add_release(kgc + ti * kgroups_dn + rb * ppi / 16, 1);
             }
         }
     }
@@ -787,7 +745,7 @@ static const moe_stream_cfg *moe_stream_config(void)
         c.small = moe_env_int("NIBBLE_MOE_SMALL", v1 ? 0 : 1, 0, 1);
         c.nt = moe_env_int("NIBBLE_MOE_NT", 0, 0, 2);
         c.fast_route = !v1;
-        c.loop = moe_env_int("NIBBLE_MOE_STREAM_LOOP", NB_MOE_STREAM_LOOP_DEFAULT, 0, 3);
+        c.loop = moe_env_int("NIBBLE_MOE_STREAM_LOOP", NB_MOE_STREAM_LOOP_DEFAULT, 0, 2);
         moe_cfg_init = 1;
         NB_LOG_DEBUG("cuda", "moe stream kernel: small-step kernel %d, NT %d, fast route %d, k-group loop %d", c.small,
                      c.nt, c.fast_route, c.loop);
@@ -918,8 +876,7 @@ static nb_status moe_launch_stream(const moe_params &p, int small, int loop, cud
     switch (loop) {
     case 0: return small ? moe_launch_ffn<NT, true, 0>(p, st) : moe_launch_ffn<NT, false, 0>(p, st);
     case 1: return small ? moe_launch_ffn<NT, true, 1>(p, st) : moe_launch_ffn<NT, false, 1>(p, st);
-    case 2: return small ? moe_launch_ffn<NT, true, 2>(p, st) : moe_launch_ffn<NT, false, 2>(p, st);
-    default: return small ? moe_launch_ffn<NT, true, 3>(p, st) : moe_launch_ffn<NT, false, 2>(p, st);
+    default: return small ? moe_launch_ffn<NT, true, 2>(p, st) : moe_launch_ffn<NT, false, 2>(p, st);
     }
 }
 
@@ -957,16 +914,9 @@ static nb_status moe_forward_impl(const nb_moe_weights_dev *w, const nb_moe_desc
                           : nb_moe_pick_kernel(d->tokens, topk, w->experts, w->hidden, w->inter, moe_sm_arch());
     const int nt = moe_nt(k, (double)d->tokens * topk / w->experts, d->tokens * topk, w->hidden, w->inter);
     const moe_stream_cfg *cfg = moe_stream_config();
-    const int small = k == NB_MOE_KERNEL_STREAM && d->tokens * topk <= MOE_SMALL_SLOTS && cfg->small;
-    // loop 3 (the small-step kernel's down items waiting per act k-group) where the k-groups
-    // fit one warp's ballot; its counters are reset here with the tile counters
-    int loop = cfg->loop;
-    if (loop == 3 && (!small || w->inter % 256 || w->inter / 256 > 32)) loop = 2;
-    const int kg_n = loop == 3 ? d->tokens * topk * (w->inter / 256) : 0;
     // A plain launch, never a programmatic (PDL) one: moe_ffn_small_kernel reads the ids before
     // its griddepcontrol.wait, relying on this kernel starting only once their producer is done.
-    moe_route_kernel<<<1, 1024, 0, st>>>(d->ids, d->tokens * topk, w->experts, 8 * nt, ws, cfg->fast_route,
-                                         moe_kg_counters(ws.done, d->tokens * topk, w->experts), kg_n);
+    moe_route_kernel<<<1, 1024, 0, st>>>(d->ids, d->tokens * topk, w->experts, 8 * nt, ws, cfg->fast_route);
     NB_CUDA_TRY(cudaGetLastError());
     moe_params p;
     memset(&p, 0, sizeof p);
@@ -978,7 +928,9 @@ static nb_status moe_forward_impl(const nb_moe_weights_dev *w, const nb_moe_desc
     p.ks_gu = moe_k_split(d->tokens, topk, w->experts, w->inter / 16, 0);
     p.ks_dn = moe_k_split(d->tokens, topk, w->experts, w->hidden / 32, 1);
     if (nt >= NB_MOE_NT_MMA) p.ks_gu = p.ks_dn = 1;  // the mma kernel stages tokens per block
-    if (small) {  // moe_ffn_small_kernel
+    int small = 0;                                    // moe_ffn_small_kernel
+    if (k == NB_MOE_KERNEL_STREAM && d->tokens * topk <= MOE_SMALL_SLOTS && cfg->small) {
+        small = 1;
         p.ids = d->ids, p.slots = d->tokens * topk, p.experts = w->experts, p.tile = 8 * nt;
     }
     NB_LOG_DEBUG("cuda", "moe: %s kernel%s, %d-token tiles, K split gate_up %d / down %d", nb_moe_kernel_name(k),
@@ -988,8 +940,8 @@ static nb_status moe_forward_impl(const nb_moe_weights_dev *w, const nb_moe_desc
         return moe_launch_wg(p, 8 * nt, moe_sm_count(), st);
     }
     switch (nt) {
-    case 1: return moe_launch_stream<1>(p, small, loop, st);
-    case 2: return moe_launch_stream<2>(p, small, loop, st);
+    case 1: return moe_launch_stream<1>(p, small, cfg->loop, st);
+    case 2: return moe_launch_stream<2>(p, small, cfg->loop, st);
     case NB_MOE_NT_MMA: return moe_launch_ffn<NB_MOE_NT_MMA, false>(p, st);
     default: return moe_launch_ffn<2 * NB_MOE_NT_MMA, false>(p, st);
     }
