@@ -755,7 +755,8 @@ static const moe_stream_cfg *moe_stream_config(void)
 
 // Token fragments per warp: 1 in the stream kernel up to 6 tokens per expert, else 2 (H200,
 // GLM-5 layer, interleaved: 192 tokens, 6 per expert, 1.63 ms at 8-token tiles against 1.74
-// at 16; 256 tokens 2.06 against 1.88; bench/RESULTS.md, issue 8, eleventh session); the
+// at 16; but 256 tokens, 8 per expert, 2.06 at 8-token tiles against 1.88 at 16;
+// bench/RESULTS.md, issue 8, eleventh session); the
 // mma kernel 4, or 8 (64-token tiles) from 48 tokens per expert; the wgmma kernel 64-token
 // tiles (each multiplied at the narrowest width that covers it).
 static int moe_nt(nb_moe_kernel k, double tokens_per_expert, int slots, int hidden, int inter)
