@@ -172,6 +172,27 @@ __device__ __forceinline__ int ld_acquire(const int *p)
     return v;
 }
 
+__device__ __forceinline__ int ld_relaxed(const int *p)
+{
+    int v;
+    asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+// Spins until the counter *p reaches v: relaxed polls, then one acquire load. An acquire load
+// is LDG.STRONG.GPU + CCTL.IVALL in SASS (nvcc 13.0, sm_90a): it drops the SM's whole L1,
+// where the other blocks' warps on that SM keep the token rows they read (x by __ldg), so a
+// block polling by acquire loads invalidates its neighbours' L1 at every poll. Counters only
+// grow, so the acquire reads a value >= v. (Measured even against acquire polls at 1-64
+// tokens on an H200, twelfth session; kept for the neighbours' sake.) The stream kernels
+// (moe_ffn.cu) wait this way; the wgmma kernels' waits still poll by acquire (not measured
+// with this).
+__device__ __forceinline__ void moe_wait_geq(const int *p, int v)
+{
+    while (ld_relaxed(p) < v) __nanosleep(64);
+    (void)ld_acquire(p);
+}
+
 // After a __syncthreads: publishes the block's writes (cumulative release at GPU scope).
 __device__ __forceinline__ void add_release(int *p, int v)
 {

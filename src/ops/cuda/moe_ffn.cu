@@ -40,25 +40,6 @@ static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
 static size_t moe_max_tiles(int slots, int experts) { return (size_t)slots / MOE_MIN_TILE + (size_t)experts + 1; }
 
-__device__ __forceinline__ int ld_relaxed(const int *p)
-{
-    int v;
-    asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-
-// Spins until the counter *p reaches v: relaxed polls, then one acquire load. An acquire load
-// is LDG.STRONG.GPU + CCTL.IVALL in SASS (nvcc 13.0, sm_90a): it drops the SM's whole L1,
-// where the other blocks' warps on that SM keep the token rows they read (x by __ldg), so a
-// block polling by acquire loads invalidates its neighbours' L1 at every poll. Counters only
-// grow, so the acquire reads a value >= v. (Measured even against acquire polls at 1-64
-// tokens on an H200, twelfth session; kept for the neighbours' sake.)
-__device__ __forceinline__ void moe_wait_geq(const int *p, int v)
-{
-    while (ld_relaxed(p) < v) __nanosleep(64);
-    (void)ld_acquire(p);
-}
-
 static size_t moe_ws_layout(int experts, int hidden, int inter, int tokens, int slots, char *base, moe_ws *ws)
 {
     size_t off = 0, mt = moe_max_tiles(slots, experts);
