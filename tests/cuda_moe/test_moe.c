@@ -318,7 +318,7 @@ static void wg_env_clear(void)
     static const char *const names[] = {"NIBBLE_MOE_WG",    "NIBBLE_MOE_WG_A", "NIBBLE_MOE_WG_N",
                                         "NIBBLE_MOE_WG_NS", "NIBBLE_MOE_WG_D", "NIBBLE_MOE_WG_C",
                                         "NIBBLE_MOE_WG_W",  "NIBBLE_MOE_WG_LEAN", "NIBBLE_MOE_WG_N8",
-                                        "NIBBLE_MOE_WG_WIDE"};
+                                        "NIBBLE_MOE_WG_WIDE", "NIBBLE_MOE_WG_WIDE_MID"};
     for (size_t i = 0; i < NB_ARRAY_LEN(names); i++) unsetenv(names[i]);
 }
 
@@ -415,10 +415,20 @@ static void test_moe_wgmma_wide(void)
     NB_CHECK(experts_make(&big, 4, 6144, 2048) == 0);
     wg_env_clear();
     setenv("NIBBLE_MOE_WG_WIDE", "2", 1);
-    for (int j = 0; j < NB_MOE_WG_WIDE_TILE / 16; j++) {
-        moe_case(&x, 16 * j + 1, 1, ROUTE_ONE_HOT, NB_MOE_KERNEL_WGMMA, 0, 16);
-        moe_case(&x, 16 * j + 16, 1, ROUTE_ONE_HOT, NB_MOE_KERNEL_WGMMA, 0, 16);
+    /* Both middle widths (n80 and n96) at every 16-token boundary; the rest at the launcher's
+     * pick. */
+    static const char *const mids[] = {"80", "96"};
+    for (int m = 0; m < 2; m++) {
+        fprintf(stderr, "  wide form, middle width %s\n", mids[m]);
+        setenv("NIBBLE_MOE_WG_WIDE_MID", mids[m], 1);
+        for (int j = 0; j < NB_MOE_WG_WIDE_TILE / 16; j++) {
+            moe_case(&x, 16 * j + 1, 1, ROUTE_ONE_HOT, NB_MOE_KERNEL_WGMMA, 0, 16);
+            moe_case(&x, 16 * j + 16, 1, ROUTE_ONE_HOT, NB_MOE_KERNEL_WGMMA, 0, 16);
+        }
+        moe_case(&x, 160, 8, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 16); /* ~80 per expert, mixed widths */
+        moe_case(&big, 150, 2, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 3); /* ~75 per expert */
     }
+    unsetenv("NIBBLE_MOE_WG_WIDE_MID");
     moe_case(&x, NB_MOE_WG_WIDE_TILE + 5, 1, ROUTE_ONE_HOT, NB_MOE_KERNEL_WGMMA, 0, 12); /* full tile + 5 */
     moe_case(&x, 300, 3, ROUTE_ONE_HOT, NB_MOE_KERNEL_WGMMA, 0, 16); /* 3 tiles side by side */
     moe_case(&x, 200, 8, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 16); /* ~100 per expert */

@@ -118,7 +118,8 @@ struct moe_params {
     uint16_t *xpw;
     int tokens;
     // moe_ffn_small_kernel only (steps of at most MOE_SMALL_SLOTS slots; zero elsewhere): the
-    // ids it routes itself, their number, the experts and the tokens per tile.
+    // ids it routes itself, their number, the experts and the tokens per tile. experts is also
+    // set for the wgmma launcher (host side: its tile widths by tokens per expert).
     int slots, experts, tile;
     const int32_t *ids;
     // moe_wgpc.cu lab switch (NIBBLE_MOE_WG_PC_LAB, timing only, wrong results; 0 elsewhere):

@@ -169,11 +169,18 @@ struct moe_smem_probe {
     float red[MOE_WARPS][2][NT][4][32];
 };
 
-// The activations were written by this same kernel (down items): read them through L2.
+// The activations, written by this same kernel (gate_up items), read by the down items
+// through L1 (.ca): a block's 4 warps multiply the same token tile at the same k-groups, so
+// three of them find the rows there. Safe because a down item reads its tile's act only after
+// the acquire of the tile's counter (moe_wait_geq), which invalidates the SM's L1 (an acquire
+// load is LDG.STRONG.GPU + CCTL.IVALL), and no act row of a tile is written after its counter
+// is complete (a line left from an earlier launch goes with that same invalidation). Through L2 only (.cg, before the thirteenth
+// session) the 256-token layer spent 83 % of the L2's throughput and ran 6-8 % longer at
+// 256-320 tokens (H200, bench/RESULTS.md, issue 8, thirteenth session).
 __device__ __forceinline__ uint4 ld_act(const uint16_t *p)
 {
     uint4 v;
-    asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    asm volatile("ld.global.ca.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     return v;
 }
 
@@ -918,7 +925,7 @@ static nb_status moe_forward_impl(const nb_moe_weights_dev *w, const nb_moe_desc
     NB_LOG_DEBUG("cuda", "moe: %s kernel%s, %d-token tiles, K split gate_up %d / down %d", nb_moe_kernel_name(k),
                  small ? " (small-step)" : "", 8 * nt, p.ks_gu, p.ks_dn);
     if (k == NB_MOE_KERNEL_WGMMA) {
-        p.xp = ws.xp, p.xpw = ws.xp, p.tokens = d->tokens;
+        p.xp = ws.xp, p.xpw = ws.xp, p.tokens = d->tokens, p.experts = w->experts;
         return moe_launch_wg(p, 8 * nt, moe_sm_count(), st);
     }
     switch (nt) {

@@ -494,7 +494,7 @@ __device__ __forceinline__ void moe_wg_dispatch(const moe_params &p, char *ring,
 {
     static_assert(!L || (AS == 0 && D == 2 && C == 1 && NS != -8), "the lean loop is the register path at D 2, C 1");
     if constexpr (L == 2) {
-        moe_wgw_dispatch<DN, W>(p, ring, row, tl, rb);  // the wide form: widths per tile
+        moe_wgw_dispatch<DN, W, NS>(p, ring, row, tl, rb);  // the wide form: widths per tile, NS the middle one
     } else if constexpr (NS == -8) {
         moe_wg_item_n8<8, DN, AS, NW, D, C, W>(p, ring, abuf, row, tl, rb);
     } else if constexpr (NS < 0) {
@@ -661,7 +661,7 @@ struct moe_wg_variant {
 };
 #define MOE_WG_V(NW, NS, AS, D, C, W) {NW, NS, AS, D, C, W, 0, moe_launch_wg_t<NW, NS, AS, D, C, W, 0>}
 #define MOE_WG_VL(NW, NS, W) {NW, NS, 0, 2, 1, W, 1, moe_launch_wg_t<NW, NS, 0, 2, 1, W, 1>}
-#define MOE_WG_VW(NW) {NW, 0, 0, 2, 1, 16, 2, moe_launch_wg_t<NW, 0, 0, 2, 1, 16, 2>}
+#define MOE_WG_VW(NW, MID) {NW, MID, 0, 2, 1, 16, 2, moe_launch_wg_t<NW, MID, 0, 2, 1, 16, 2>}
 static const moe_wg_variant moe_wg_variants[] = {
     MOE_WG_V(64, -1, 0, 2, 1, 8),  MOE_WG_V(64, -1, 1, 2, 1, 8),  // old: registers / shared-memory A
     MOE_WG_V(16, 0, 0, 2, 1, 8),   MOE_WG_V(32, 0, 0, 2, 1, 8),   MOE_WG_V(48, 0, 0, 2, 1, 8),
@@ -680,8 +680,8 @@ static const moe_wg_variant moe_wg_variants[] = {
     MOE_WG_VL(48, 0, 16),  MOE_WG_VL(64, -1, 8),  MOE_WG_VL(16, 0, 8),   MOE_WG_VL(32, 0, 8),
     MOE_WG_VL(48, 0, 8),
     // The wide form (moe_wgmma_wide.cuh): one row tile per warp, 128-token tiles, widths per
-    // tile n64, n96 or n128.
-    MOE_WG_VW(NB_MOE_WG_WIDE_TILE),
+    // tile n64, n96 or n128 (ns: the middle width), or n64, n80 or n128.
+    MOE_WG_VW(NB_MOE_WG_WIDE_TILE, 96), MOE_WG_VW(NB_MOE_WG_WIDE_TILE, 80),
 };
 
 static int moe_wg_env_int(const char *name, int dflt)
@@ -714,6 +714,10 @@ static int moe_wg_pc(void)
 // -> 3.40 ms, 2048 (64) 4.26 -> 3.87, 8192 13.5 -> 12.2; one dense expert (bench-gemm) 1024
 // tokens, 2.4 waves, 0.24 -> 0.31, 2048 tokens 0.44 -> 0.38.
 #define MOE_WG_WIDE_FROM 56.0
+// The wide form's middle width n80 (moe_wgw_dispatch) up to this many tokens per expert (the
+// mean over all experts): measured faster at 64 (2048 tokens of GLM-5), slower at 80 and 96;
+// between those not measured.
+#define MOE_WG_WIDE_MID80 72.0
 static int moe_wg_wide(void)
 {
     const int v = moe_wg_env_int("NIBBLE_MOE_WG_WIDE", NB_MOE_WG_WIDE_DEFAULT);
@@ -752,8 +756,14 @@ nb_status moe_launch_wg(const moe_params &p, int nmax, int sms, cudaStream_t st)
         if (p.inter % 256 || p.hidden % 512)
             return nb_error(NB_ERR_UNSUPPORTED, "moe: %d-token wgmma tiles need inter %% 256 == 0 and hidden %% 512 == 0 "
                             "(inter %d, hidden %d)", nw, p.inter, p.hidden);
+        // Its middle width: n80 up to MOE_WG_WIDE_MID80 tokens per expert, else n96;
+        // NIBBLE_MOE_WG_WIDE_MID=80|96 forces one (A/B runs).
+        const double per = p.experts > 0 ? (double)p.tokens * p.topk / p.experts : 0.0;
+        const int mid = moe_wg_env_int("NIBBLE_MOE_WG_WIDE_MID", per <= MOE_WG_WIDE_MID80 ? 80 : 96);
         for (size_t i = 0; i < sizeof moe_wg_variants / sizeof moe_wg_variants[0]; i++)
-            if (moe_wg_variants[i].lean == 2 && moe_wg_variants[i].nw == nw) return moe_wg_variants[i].fn(p, sms, st);
+            if (moe_wg_variants[i].lean == 2 && moe_wg_variants[i].nw == nw && moe_wg_variants[i].ns == mid)
+                return moe_wg_variants[i].fn(p, sms, st);
+        return nb_error(NB_ERR_INVALID_ARG, "moe: NIBBLE_MOE_WG_WIDE_MID=%d: the wide form is built with 80 and 96", mid);
     }
     if (moe_wg_old(&as)) {
         if (nmax != NB_MOE_WG_TILE)

@@ -1,5 +1,5 @@
 // The wide form of the 16-warp wgmma MoE kernel (moe_wgmma.cu, L == 2; NIBBLE_MOE_WG_WIDE):
-// token tiles of up to NB_MOE_WG_WIDE_TILE (128) tokens, each multiplied at n64, n96 or n128
+// token tiles of up to NB_MOE_WG_WIDE_TILE (128) tokens, each multiplied at n64, n80 / n96 or n128
 // (the narrowest that covers it), and ONE 16-row weight tile per warp instead of two.
 //
 // Why: the expansion of a weight (expand_codes, 16 instructions per word of 8 codes) is paid
@@ -216,21 +216,25 @@ __device__ __forceinline__ void moe_wgw_item(const moe_params &p, char *ring, co
 #endif
 }
 
-// The width per tile: n64, n96 or n128, the narrowest that covers it. Compiled by nvcc 13.0
-// for sm_90a, three widths keep the main loops free of spills. Four ({32 or 80}, 64, 96, 128)
-// spill inside the n128 loop. Five or eight (every multiple of 16) make ptxas serialize the
-// wgmmas (C7512), and so do four k-steps in flight at n64 / n96 (4 A register sets there,
-// 2 at n128).
-template <bool DN, int W>
+// The width per tile: n64, MID (96 or 80) or n128, the narrowest that covers it. Compiled by
+// nvcc 13.0 for sm_90a, three widths keep the main loops free of spills. Four ({32 or 80}, 64,
+// 96, 128) spill inside the n128 loop. Five or eight (every multiple of 16) make ptxas
+// serialize the wgmmas (C7512), and so do four k-steps in flight at n64 / n96 (4 A register
+// sets there, 2 at n128). MID 80 is for steps of up to ~72 tokens per expert (2048 tokens of
+// GLM-5: 64 +- 8 per expert, so about half the experts need more than 64 and hardly any more
+// than 80; 1.9 % faster than MID 96 there, 4-5 % slower at 2560-3072 tokens; bench/RESULTS.md,
+// issue 8, thirteenth session).
+template <bool DN, int W, int MID>
 __device__ __forceinline__ void moe_wgw_dispatch(const moe_params &p, char *ring, const long long *row, int4 tl,
                                                  int rb)
 {
+    static_assert(MID == 80 || MID == 96, "the wide form's middle width");
     // One accumulator array for every width (each uses its first N/2 floats).
     float d[NB_MOE_WG_WIDE_TILE / 2];
     if (tl.z <= 64)
         moe_wgw_item<64, DN, W>(p, ring, row, tl.x, tl.y, tl.z, rb, d);
-    else if (tl.z <= 96)
-        moe_wgw_item<96, DN, W>(p, ring, row, tl.x, tl.y, tl.z, rb, d);
+    else if (tl.z <= MID)
+        moe_wgw_item<MID, DN, W>(p, ring, row, tl.x, tl.y, tl.z, rb, d);
     else
         moe_wgw_item<128, DN, W>(p, ring, row, tl.x, tl.y, tl.z, rb, d);
 }
