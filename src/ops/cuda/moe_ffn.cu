@@ -173,10 +173,10 @@ struct moe_smem_probe {
 // through L1 (.ca): a block's 4 warps multiply the same token tile at the same k-groups, so
 // three of them find the rows there. Safe because a down item reads its tile's act only after
 // the acquire of the tile's counter (moe_wait_geq), which invalidates the SM's L1 (an acquire
-// load is LDG.STRONG.GPU + CCTL.IVALL), and no act row of a tile is written after its counter
-// is complete (a line left from an earlier launch goes with that same invalidation). Through L2 only (.cg, before the thirteenth
-// session) the 256-token layer spent 83 % of the L2's throughput and ran 6-8 % longer at
-// 256-320 tokens (H200, bench/RESULTS.md, issue 8, thirteenth session).
+// load is LDG.STRONG.GPU + CCTL.IVALL; a line left from an earlier launch goes with it too),
+// and no act row of a tile is written after its counter is complete. Through L2 only (.cg,
+// before the thirteenth session) the 256-token layer kept the L2 83 % busy and ran 7-8 %
+// longer at 256-320 tokens (H200, bench/RESULTS.md, issue 8, thirteenth session).
 __device__ __forceinline__ uint4 ld_act(const uint16_t *p)
 {
     uint4 v;

@@ -222,8 +222,8 @@ __device__ __forceinline__ void moe_wgw_item(const moe_params &p, char *ring, co
 // serialize the wgmmas (C7512), and so do four k-steps in flight at n64 / n96 (4 A register
 // sets there, 2 at n128). MID 80 is for steps of up to ~72 tokens per expert (2048 tokens of
 // GLM-5: 64 +- 8 per expert, so about half the experts need more than 64 and hardly any more
-// than 80; 1.9 % faster than MID 96 there, 4-5 % slower at 2560-3072 tokens; bench/RESULTS.md,
-// issue 8, thirteenth session).
+// than 80; 3.3 % faster than MID 96 there, 1.3 % at 2304, 7 % slower at 2560 tokens;
+// bench/RESULTS.md, issue 8, thirteenth session).
 template <bool DN, int W, int MID>
 __device__ __forceinline__ void moe_wgw_dispatch(const moe_params &p, char *ring, const long long *row, int4 tl,
                                                  int rb)
