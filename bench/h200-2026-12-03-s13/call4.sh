@@ -18,6 +18,9 @@ for r in 1 2 3; do
     echo "== r$r $v rc=$?"; grep -E "^ +[0-9]" $OUT/x/r$r-$v.log | awk '{print $1, $3, $NF}' | tr '\n' ' '; echo
   done
 done
+# the small-step kernel's grid at 1-2 tokens (items round-robin over the blocks)
+NIBBLE_BENCH_MOE_VARIANTS="NIBBLE_MOE_BLOCKS=528 NIBBLE_MOE_BLOCKS=514 NIBBLE_MOE_BLOCKS=450 NIBBLE_MOE_BLOCKS=396 NIBBLE_MOE_BLOCKS=264" \
+  timeout 60 ./nibble-cur bench-moe --tokens 1,2 --iters 40 > $OUT/x/blocks.log 2>&1; echo "blocks rc=$?"; grep -E "^ +[0-9]" $OUT/x/blocks.log
 echo "[$(($(date +%s) - T0)) s]"
 export LD_LIBRARY_PATH=$PWD/.devlibs-cuda
 for r in 1 2; do
