@@ -29,18 +29,6 @@ echo "mid rc=$?"; grep -E "^ +[0-9]" $OUT/x/mid.log
 kill $SMI
 nvidia-smi -q -d PERFORMANCE > $OUT/x/perf-after.txt 2>&1
 grep -A6 "Counters" $OUT/x/perf-before.txt $OUT/x/perf-after.txt | grep -E "Power Capping|Thermal|Braking"
-python3 - $OUT/x/smi.csv <<'PY'
-import sys
-rows=[]
-for ln in open(sys.argv[1]):
-    p=[x.strip() for x in ln.split(",")]
-    try: rows.append((int(p[1].split()[0]), float(p[3].split()[0])))
-    except Exception: pass
-print("smi samples", len(rows))
-for lo, hi in ((0, 200), (200, 400), (400, 550), (550, 650), (650, 2000)):
-    b = sorted(c for c, w in rows if lo <= w < hi)
-    if b:
-        print("power %4d-%4d W: %5d samples, SM MHz p10/p50/p90 %d/%d/%d" % (lo, hi, len(b), b[len(b)//10], b[len(b)//2], b[9*len(b)//10]))
-PY
+python3 scripts/smi-summary.py $OUT/x/smi.csv
 cd $OUT && mv offline.log offline.json profile.log bench.log x/ 2>/dev/null; tar -cJf x.tar.xz x && rm -rf x && ls -la
 echo "[$(($(date +%s) - T0)) s]"

@@ -118,8 +118,7 @@ struct moe_params {
     uint16_t *xpw;
     int tokens;
     // moe_ffn_small_kernel only (steps of at most MOE_SMALL_SLOTS slots; zero elsewhere): the
-    // ids it routes itself, their number, the experts and the tokens per tile. experts is also
-    // set for the wgmma launcher (host side: its tile widths by tokens per expert).
+    // ids it routes itself, their number, the experts and the tokens per tile.
     int slots, experts, tile;
     const int32_t *ids;
     // moe_wgpc.cu lab switch (NIBBLE_MOE_WG_PC_LAB, timing only, wrong results; 0 elsewhere):
@@ -201,8 +200,9 @@ __device__ __forceinline__ void add_release(int *p, int v)
 }
 
 
-// The wgmma kernel's launcher (moe_wgmma.cu): token tiles of up to nmax (NB_MOE_WG_TILE) tokens.
-nb_status moe_launch_wg(const moe_params &p, int nmax, int sms, cudaStream_t st);
+// The wgmma kernel's launcher (moe_wgmma.cu): token tiles of up to nmax (NB_MOE_WG_TILE) tokens;
+// tokens_per_expert, the step's slots over all experts, picks the wide form's middle width.
+nb_status moe_launch_wg(const moe_params &p, int nmax, double tokens_per_expert, int sms, cudaStream_t st);
 // Its dynamic shared memory for tiles of up to nmax tokens (nb_moe_wg_smem_bytes + alignment).
 size_t moe_wg_dyn_smem(int nmax, int a_smem);
 // The producer/consumer variant (moe_wgpc.cu; moe_launch_wg calls it under NIBBLE_MOE_WG=pc):

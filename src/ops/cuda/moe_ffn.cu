@@ -925,8 +925,8 @@ static nb_status moe_forward_impl(const nb_moe_weights_dev *w, const nb_moe_desc
     NB_LOG_DEBUG("cuda", "moe: %s kernel%s, %d-token tiles, K split gate_up %d / down %d", nb_moe_kernel_name(k),
                  small ? " (small-step)" : "", 8 * nt, p.ks_gu, p.ks_dn);
     if (k == NB_MOE_KERNEL_WGMMA) {
-        p.xp = ws.xp, p.xpw = ws.xp, p.tokens = d->tokens, p.experts = w->experts;
-        return moe_launch_wg(p, 8 * nt, moe_sm_count(), st);
+        p.xp = ws.xp, p.xpw = ws.xp, p.tokens = d->tokens;
+        return moe_launch_wg(p, 8 * nt, (double)d->tokens * topk / w->experts, moe_sm_count(), st);
     }
     switch (nt) {
     case 1: return moe_launch_stream<1>(p, small, cfg->loop, st);

@@ -746,7 +746,7 @@ int moe_wg_tile_tokens(double tokens_per_expert, int slots, int hidden, int inte
     return t <= 10.0 ? 16 : t <= 24.0 ? 32 : t <= 36.0 ? 48 : 64;
 }
 
-nb_status moe_launch_wg(const moe_params &p, int nmax, int sms, cudaStream_t st)
+nb_status moe_launch_wg(const moe_params &p, int nmax, double tokens_per_expert, int sms, cudaStream_t st)
 {
     int as, nw = nmax, ns, d, c, w;
     // Shapes it cannot take (inter % 256, hidden % 512) stay on this file's kernels.
@@ -758,8 +758,7 @@ nb_status moe_launch_wg(const moe_params &p, int nmax, int sms, cudaStream_t st)
                             "(inter %d, hidden %d)", nw, p.inter, p.hidden);
         // Its middle width: n80 up to MOE_WG_WIDE_MID80 tokens per expert, else n96;
         // NIBBLE_MOE_WG_WIDE_MID=80|96 forces one (A/B runs).
-        const double per = p.experts > 0 ? (double)p.tokens * p.topk / p.experts : 0.0;
-        const int mid = moe_wg_env_int("NIBBLE_MOE_WG_WIDE_MID", per <= MOE_WG_WIDE_MID80 ? 80 : 96);
+        const int mid = moe_wg_env_int("NIBBLE_MOE_WG_WIDE_MID", tokens_per_expert <= MOE_WG_WIDE_MID80 ? 80 : 96);
         for (size_t i = 0; i < sizeof moe_wg_variants / sizeof moe_wg_variants[0]; i++)
             if (moe_wg_variants[i].lean == 2 && moe_wg_variants[i].nw == nw && moe_wg_variants[i].ns == mid)
                 return moe_wg_variants[i].fn(p, sms, st);
