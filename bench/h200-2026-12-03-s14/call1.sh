@@ -1,7 +1,7 @@
 #!/bin/bash
-# Fourteenth session, call 1: the expansion's two rotations as IMAD.WIDE.U32 multiplies
+# Fourteenth session, call 1 (not run: no machine could be started): the expansion's two rotations as IMAD.WIDE.U32 multiplies
 # (NB_MOE_EXPAND_MULW, moe_dev.h). Standalone builds of the same tree: mulw1 (the switch on,
-# the candidate default) and mulw0 (-DNB_MOE_EXPAND_MULW=0, as committed before). test_cuda_moe
+# the candidate default) and mulw0 (-DNB_MOE_EXPAND_MULW=0, the committed default). test_cuda_moe
 # in full on mulw1; bench-moe at issue 8's token counts, processes alternating, three rounds;
 # the producer/consumer kernel (NIBBLE_MOE_WG=pc, not measured since its R2UR fix) against the
 # default in one process.
