@@ -1,5 +1,5 @@
 #!/bin/bash
-# Fourteenth session, call 1 (not run: no machine could be started): the expansion's two rotations as IMAD.WIDE.U32 multiplies
+# Fourteenth session, call 1 (run 13:23 UTC): the expansion's two rotations as IMAD.WIDE.U32 multiplies
 # (NB_MOE_EXPAND_MULW, moe_dev.h). Standalone builds of the same tree: mulw1 (the switch on,
 # the candidate default) and mulw0 (-DNB_MOE_EXPAND_MULW=0, the committed default). test_cuda_moe
 # in full on mulw1; bench-moe at issue 8's token counts, processes alternating, three rounds;

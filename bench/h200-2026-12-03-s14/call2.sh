@@ -1,5 +1,5 @@
 #!/bin/bash
-# Fourteenth session, call 2 (not run: every start was refused; it holds call 1 too): call 1's
+# Fourteenth session, call 2 (not run: call 1 answered the A/B, so this verify is moot; it holds call 1 too): call 1's
 # standalone A/B of NB_MOE_EXPAND_MULW (bench/h200-2026-12-03-s14/call1.sh), then every GPU check
 # and issue 9's offline sweep on build-lead (the working tree with NB_MOE_EXPAND_MULW=1:
 # scripts/device-final.sh PARTS="verify offline"), nvidia-smi sampled during the sweep.

@@ -58,11 +58,11 @@ __device__ __forceinline__ void expand_scales(uint32_t two, uint32_t &sg, uint32
     sg8 = __byte_perm(h, 0, 0x3232);
 }
 
-// The two rotations of expand_codes as 32 x 32 -> 64-bit multiplies (NB_MOE_EXPAND_MULW=1, off
-// until measured on a GPU): w * 2^k is w << k in the low word and w >> (32 - k) in the high word, so
-// rotl(w, k) & M is one LOP3 of the two halves, (lo | hi) & M. The multiply is an
-// IMAD.WIDE.U32 on the FMA pipe where the funnel shift (SHF.L.W) took the ALU pipe, which is
-// the expansion's bottleneck (ALU-pipe throttle in the wgmma kernel's k-step loop; LOP3 and
+// The two rotations of expand_codes as 32 x 32 -> 64-bit multiplies (NB_MOE_EXPAND_MULW=1; off:
+// measured 4-17 % slower at every token count, H200, bench/RESULTS.md issue 8, fourteenth
+// session, since the FMA pipe bounds the expansion as much as the ALU pipe): w * 2^k is
+// w << k in the low word and w >> (32 - k) in the high word, so rotl(w, k) & M is one LOP3 of the two halves, (lo | hi) & M. The multiply is an
+// IMAD.WIDE.U32 on the FMA pipe where the funnel shift (SHF.L.W) takes the ALU pipe (LOP3 and
 // SHF are 16 lanes wide per scheduler). The multipliers live in constant memory so that
 // ptxas cannot turn the multiply back into shifts.
 #ifndef NB_MOE_EXPAND_MULW
