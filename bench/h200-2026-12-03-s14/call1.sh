@@ -1,7 +1,7 @@
 #!/bin/bash
 # Fourteenth session, call 1 (run 13:23 UTC): the expansion's two rotations as IMAD.WIDE.U32 multiplies
-# (NB_MOE_EXPAND_MULW, moe_dev.h). Standalone builds of the same tree: mulw1 (the switch on,
-# the candidate default) and mulw0 (-DNB_MOE_EXPAND_MULW=0, the committed default). test_cuda_moe
+# (NB_MOE_EXPAND_MULW, moe_dev.h). Standalone builds of commit 3068019: mulw1
+# (-DNB_MOE_EXPAND_MULW=1; now bench/lab/moe-expand-mulw.patch) and mulw0 (the switch's default 0). test_cuda_moe
 # in full on mulw1; bench-moe at issue 8's token counts, processes alternating, three rounds;
 # the producer/consumer kernel (NIBBLE_MOE_WG=pc, not measured since its R2UR fix) against the
 # default in one process.

@@ -58,44 +58,14 @@ __device__ __forceinline__ void expand_scales(uint32_t two, uint32_t &sg, uint32
     sg8 = __byte_perm(h, 0, 0x3232);
 }
 
-// The two rotations of expand_codes as 32 x 32 -> 64-bit multiplies (NB_MOE_EXPAND_MULW=1; off:
-// measured 4-17 % slower at every token count, H200, bench/RESULTS.md issue 8, fourteenth
-// session, since the FMA pipe bounds the expansion as much as the ALU pipe): w * 2^k is
-// w << k in the low word and w >> (32 - k) in the high word, so rotl(w, k) & M is one LOP3 of the two halves, (lo | hi) & M. The multiply is an
-// IMAD.WIDE.U32 on the FMA pipe where the funnel shift (SHF.L.W) takes the ALU pipe (LOP3 and
-// SHF are 16 lanes wide per scheduler). The multipliers live in constant memory so that
-// ptxas cannot turn the multiply back into shifts.
-#ifndef NB_MOE_EXPAND_MULW
-#define NB_MOE_EXPAND_MULW 0
-#endif
-#if NB_MOE_EXPAND_MULW
-static __constant__ uint32_t moe_rot_mul[2] = {1u << 10, 1u << 14};
-
-// rotl(w, k) = lo | hi, where k is 10 (i = 0) or 14 (i = 1).
-__device__ __forceinline__ void moe_rot_halves(uint32_t w, int i, uint32_t &lo, uint32_t &hi)
-{
-    asm("{.reg .u64 t; mul.wide.u32 t, %2, %3; mov.b64 {%0, %1}, t;}"
-        : "=r"(lo), "=r"(hi)
-        : "r"(w), "r"(moe_rot_mul[i]));
-}
-#endif
-
 // One word of 8 codes -> the four A registers of one k-step (moe_repack.c's pairs P0..P3),
 // each e2m1 * e4m3 * 2^-7 in BF16.
 __device__ __forceinline__ void expand_codes(uint32_t w, uint32_t sg, uint32_t sg8, uint32_t a[4])
 {
     uint32_t r0 = w & 0x81C081C0u;
     uint32_t r1 = (w << 4) & 0x81C081C0u;
-#if NB_MOE_EXPAND_MULW
-    uint32_t l10, h10, l14, h14;
-    moe_rot_halves(w, 0, l10, h10);
-    moe_rot_halves(w, 1, l14, h14);
-    uint32_t r2 = (l10 | h10) & 0x81C081C0u;
-    uint32_t r3 = ((w << 6) & 0x80C080C0u) | ((l14 | h14) & 0x01000100u);
-#else
     uint32_t r2 = __funnelshift_l(w, w, 10) & 0x81C081C0u;
     uint32_t r3 = ((w << 6) & 0x80C080C0u) | (__funnelshift_l(w, w, 14) & 0x01000100u);
-#endif
     a[0] = bf16x2_mul(r0, sg);
     a[1] = bf16x2_mul(r1, sg8);
     a[2] = bf16x2_mul(r2, sg);
