@@ -393,8 +393,16 @@ struct wg_op<256> {
 };
 
 
-enum { V_SS4, V_SS4C, V_SS1, V_SS4X2, V_RS4, V_RS4C, V_RS1, V_RSX, V_RSE, V_RSE2, V_RSE3, V_RSE4, V_COUNT };
-static const char *const v_name[V_COUNT] = {"ss4", "ss4c", "ss1", "ss4x2", "rs4", "rs4c", "rs1", "rsx", "rse", "rse2", "rse3", "rse4"};
+enum { V_SS4, V_SS4C, V_SS1, V_SS4X2, V_RS4, V_RS4C, V_RS1, V_RSX, V_RSE, V_RSE2, V_RSE3, V_RSE4,
+       V_RSED4, V_RSEB2, V_RSE3D4, V_RSE3B2, V_COUNT };
+static const char *const v_name[V_COUNT] = {"ss4",  "ss4c",   "ss1",   "ss4x2",   "rs4",    "rs4c",
+                                            "rs1",  "rsx",    "rse",   "rse2",    "rse3",   "rse4",
+                                            "rsed4", "rseb2", "rse3d4", "rse3b2"};
+// Variants that issue two wgmmas per k-step (two row tiles: gate and up).
+__host__ __device__ constexpr bool v_x2(int v)
+{
+    return v == V_SS4X2 || v == V_RSE2 || v == V_RSE3 || v == V_RSE4 || v == V_RSE3D4 || v == V_RSE3B2;
+}
 
 __device__ __forceinline__ uint32_t rand_bf16x2(uint32_t i)
 {
@@ -422,7 +430,7 @@ __device__ __forceinline__ uint32_t bmul2(uint32_t a, uint32_t b)
 template <int N, int V>
 __global__ void k_wgmma(int iters, uint32_t mul, float *out, long long *cyc)
 {
-    constexpr bool X2 = V == V_SS4X2 || V == V_RSE2 || V == V_RSE3 || V == V_RSE4, FIXED = V == V_SS4C || V == V_RS4C;
+    constexpr bool X2 = v_x2(V), FIXED = V == V_SS4C || V == V_RS4C;
     extern __shared__ uint4 wg_smem[];
     char *sm = (char *)wg_smem;
     sm += (1024 - ((uint32_t)__cvta_generic_to_shared(sm) & 1023)) & 1023;  // swizzle atoms
@@ -439,17 +447,17 @@ __global__ void k_wgmma(int iters, uint32_t mul, float *out, long long *cyc)
         bd[s] = wg_desc(sb + (FIXED ? 0u : 32u * s)), ad[s] = wg_desc(sa + (FIXED ? 0u : 32u * s));
         asm volatile("" : "+l"(bd[s]), "+l"(ad[s]));  // computed once here, not again in the loop
     }
-    uint32_t a[2][4];
+    uint32_t a[4][4];  // A sets: 2, or 4 for the deep variants (rsed4, rseb2, rse3d4, rse3b2)
 #pragma unroll
-    for (int j = 0; j < 8; j++) a[j >> 2][j & 3] = rand_bf16x2(0x9000u + tid * 8u + j);
+    for (int j = 0; j < 16; j++) a[j >> 2][j & 3] = rand_bf16x2(0x9000u + tid * 8u + j);
     // rse3/rse4: two k-tiles of every thread's codes (16 bytes per row tile) past the tiles
     uint4 *cw = (uint4 *)(sm + 48 * 1024);
     for (int i = tid; i < 4 * (int)blockDim.x; i += blockDim.x)
         cw[i] = make_uint4(rand_bf16x2(4 * i), rand_bf16x2(4 * i + 1), rand_bf16x2(4 * i + 2), rand_bf16x2(4 * i + 3));
     __syncthreads();
-    uint32_t b2[2][4], wa = 0x9E3779B9u ^ (uint32_t)tid, wb = 0x7F4A7C15u ^ (uint32_t)tid, wsc = 0x3C38u;
+    uint32_t b2[4][4], wa = 0x9E3779B9u ^ (uint32_t)tid, wb = 0x7F4A7C15u ^ (uint32_t)tid, wsc = 0x3C38u;
 #pragma unroll
-    for (int j = 0; j < 8; j++) b2[j >> 2][j & 3] = a[j >> 2][j & 3];
+    for (int j = 0; j < 16; j++) b2[j >> 2][j & 3] = a[j >> 2][j & 3];
     float d[N / 2], e[X2 ? N / 2 : 1];
 #pragma unroll
     for (int i = 0; i < N / 2; i++) d[i] = 0.f;
@@ -538,6 +546,73 @@ __global__ void k_wgmma(int iters, uint32_t mul, float *out, long long *cyc)
             }
             if constexpr (V == V_RSE4)
                 if (it & 1) __syncthreads();
+        } else if constexpr (V == V_RSED4 || V == V_RSEB2) {
+            // rse with a deeper A ring: four sets. rsed4: fence, wgmma, commit per k-step and
+            // wait_group 3 (set s was last read four k-steps back); rseb2: k-steps in pairs,
+            // both expanded before one fence, two wgmmas, one commit, wait_group 1 (set s was
+            // last read by the group before the previous one)
+            uint32_t sg, sg8;
+            expand_scales(wsc ^ (uint32_t)it, sg, sg8);
+            if constexpr (V == V_RSED4) {
+#pragma unroll
+                for (int s = 0; s < 4; s++) {
+                    wa = wa * 1664525u + 1013904223u;
+                    expand_codes(wa, sg, sg8, a[s]);
+                    wg_fence();
+                    wg_op<N>::rs(d, a[s], bd[s]);
+                    wg_commit();
+                    wg_wait<3>();
+                }
+            } else {
+#pragma unroll
+                for (int s = 0; s < 4; s += 2) {
+                    wa = wa * 1664525u + 1013904223u;
+                    expand_codes(wa, sg, sg8, a[s]);
+                    wa = wa * 1664525u + 1013904223u;
+                    expand_codes(wa, sg, sg8, a[s + 1]);
+                    wg_fence();
+                    wg_op<N>::rs(d, a[s], bd[s]);
+                    wg_op<N>::rs(d, a[s + 1], bd[s + 1]);
+                    wg_commit();
+                    wg_wait<1>();
+                }
+            }
+        } else if constexpr (V == V_RSE3D4 || V == V_RSE3B2) {
+            // rse3 (two row tiles, codes from shared memory, scales per k-tile) with four A
+            // sets per tile: rse3d4 one k-step per group and wait_group 3, rse3b2 two k-steps
+            // per group and wait_group 1
+            const uint4 ca = cw[(it & 1) * 2 * blockDim.x + tid], cb = cw[(it & 1) * 2 * blockDim.x + blockDim.x + tid];
+            uint32_t sg, sg8, tg, tg8;
+            expand_scales(ca.x >> 16 ^ (uint32_t)it, sg, sg8);
+            expand_scales(cb.x >> 16 ^ (uint32_t)it, tg, tg8);
+            const uint32_t wwa[4] = {ca.x, ca.y, ca.z, ca.w}, wwb[4] = {cb.x, cb.y, cb.z, cb.w};
+            if constexpr (V == V_RSE3D4) {
+#pragma unroll
+                for (int s = 0; s < 4; s++) {
+                    expand_codes(wwa[s], sg, sg8, a[s]);
+                    expand_codes(wwb[s], tg, tg8, b2[s]);
+                    wg_fence();
+                    wg_op<N>::rs(d, a[s], bd[s]);
+                    wg_op<N>::rs(e, b2[s], bd[s]);
+                    wg_commit();
+                    wg_wait<3>();
+                }
+            } else {
+#pragma unroll
+                for (int s = 0; s < 4; s += 2) {
+                    expand_codes(wwa[s], sg, sg8, a[s]);
+                    expand_codes(wwb[s], tg, tg8, b2[s]);
+                    expand_codes(wwa[s + 1], sg, sg8, a[s + 1]);
+                    expand_codes(wwb[s + 1], tg, tg8, b2[s + 1]);
+                    wg_fence();
+                    wg_op<N>::rs(d, a[s], bd[s]);
+                    wg_op<N>::rs(e, b2[s], bd[s]);
+                    wg_op<N>::rs(d, a[s + 1], bd[s + 1]);
+                    wg_op<N>::rs(e, b2[s + 1], bd[s + 1]);
+                    wg_commit();
+                    wg_wait<1>();
+                }
+            }
         } else {  // V_RSX: set s & 1 was last read by the wgmma of k-step s - 2, complete by now
 #pragma unroll
             for (int s = 0; s < 4; s++) {
@@ -699,7 +774,7 @@ static void case_wgmma(int wgs, long long *cyc)
     float hc[1024];
     CK(cudaMemcpy(h, cyc, (size_t)g_sms * sizeof(long long), cudaMemcpyDeviceToHost));  // the last run's
     for (int i = 0; i < g_sms; i++) hc[i] = (float)h[i];
-    const double cycles = median(hc, g_sms), n_wg = (double)WG_ITERS(N) * 4 * wgs * (V >= V_RSE2 ? 2 : 1);  // per SM
+    const double cycles = median(hc, g_sms), n_wg = (double)WG_ITERS(N) * 4 * wgs * (v_x2(V) && V != V_SS4X2 ? 2 : 1);  // per SM
     const double flop = 2.0 * 64 * N * 16 * n_wg * g_sms;
     const double cpw = cycles / n_wg, tflops = flop / (ms * 1e-3) / 1e12;
     printf("%-6s %4d %3d %5d %9.2f %6.1f %7.2f %8.1f %6.1f%% %6.3f\n", v_name[V], N, wgs, fa.numRegs, cpw, N / 2.0,
@@ -712,7 +787,7 @@ static void wgmma_variant(long long *cyc)
     for (int wgs = 1; wgs <= 4; wgs *= 2) {
         case_wgmma<8, V>(wgs, cyc), case_wgmma<16, V>(wgs, cyc), case_wgmma<32, V>(wgs, cyc);
         case_wgmma<64, V>(wgs, cyc), case_wgmma<128, V>(wgs, cyc);
-        if constexpr (V != V_SS4X2 && V < V_RSE2) case_wgmma<256, V>(wgs, cyc);  // 2 x 128 accumulators do not fit
+        if constexpr (!v_x2(V)) case_wgmma<256, V>(wgs, cyc);  // 2 x 128 accumulators do not fit
     }
 }
 
@@ -727,6 +802,148 @@ static void part2(void)
     wgmma_variant<V_SS4>(cyc), wgmma_variant<V_SS4C>(cyc), wgmma_variant<V_SS1>(cyc), wgmma_variant<V_SS4X2>(cyc);
     wgmma_variant<V_RS4>(cyc), wgmma_variant<V_RS4C>(cyc), wgmma_variant<V_RS1>(cyc), wgmma_variant<V_RSX>(cyc);
     wgmma_variant<V_RSE>(cyc), wgmma_variant<V_RSE2>(cyc), wgmma_variant<V_RSE3>(cyc), wgmma_variant<V_RSE4>(cyc);
+    wgmma_variant<V_RSED4>(cyc), wgmma_variant<V_RSEB2>(cyc), wgmma_variant<V_RSE3D4>(cyc), wgmma_variant<V_RSE3B2>(cyc);
+    CK(cudaFree(cyc));
+}
+
+// ============ Part 4: the swapped form, weights expanded into shared memory (SS) ============
+
+// Tokens as A (M = 64: one expert's tile of up to 64 tokens, K-major in shared memory) and the
+// NVFP4 weights as B (N = 256 rows per stage, expanded to BF16 into a shared-memory ring by
+// producer warpgroups): is wgmma m64n256k16 fed from an expanding producer faster per weight
+// than the RS kernels' m64nNk16 at N = 32-64 tokens? Per stage (one 64-wide k-tile of 256
+// weight rows, 32 KiB of BF16) the consumers' tensor time is 4 x 128 = 512 cycles; the
+// producers expand 2048 words of 8 codes (expand_codes; one expand_scales per two words), each
+// into one 16-byte swizzled store, and the wgmmas read those 32 KiB back, so shared memory
+// carries 64 KiB of weights (+ 8 KiB per consumer warpgroup of tokens) per stage against its
+// 128 bytes per cycle: ~512-576 cycles. Block: CW consumer warpgroups, PW producer
+// warpgroups, SW_STAGES stages with full / empty mbarriers.
+//   CW 1: one consumer, m64n256k16 on the whole stage; CW 2: each consumer takes 128 rows
+//   (m64n128k16) of every stage. EXP 0: the producers store a constant (no expansion: the
+//   shared-memory and barrier cost alone). TOK 1: the producers also write an 8 KiB token
+//   tile per stage (A changes with k, as it would in the kernel).
+#define SW_STAGES 4
+#define SW_B 32768                     // 256 rows x 64 k x 2 bytes
+#define SW_STAGE (SW_B + 8192)         // + the stage's token tile (TOK)
+#define SW_SMEM (SW_STAGES * SW_STAGE + 8192 + 1024 + 256)  // ring, the fixed token tile, alignment, barriers
+
+template <int CW, int PW, int EXP, int TOK>
+__global__ void __launch_bounds__((CW + PW) * 128, 1) k_swp(int stages, float *out, long long *cyc)
+{
+    extern __shared__ uint4 sw_smem[];
+    char *sm = (char *)sw_smem;
+    sm += (1024 - ((uint32_t)__cvta_generic_to_shared(sm) & 1023)) & 1023;
+    uint64_t *full = (uint64_t *)(sm + SW_STAGES * SW_STAGE + 8192), *empty = full + SW_STAGES;
+    const int tid = threadIdx.x, wg = tid >> 7;
+    const uint32_t ring = (uint32_t)__cvta_generic_to_shared(sm), tok0 = ring + SW_STAGES * SW_STAGE;
+    for (int i = tid; i < 8192 / 4; i += blockDim.x) ((uint32_t *)(sm + SW_STAGES * SW_STAGE))[i] = rand_bf16x2(i);
+    if (tid == 0) {
+        for (int i = 0; i < SW_STAGES; i++) {
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"((uint32_t)__cvta_generic_to_shared(full + i)),
+                         "r"(PW * 128));
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"((uint32_t)__cvta_generic_to_shared(empty + i)),
+                         "r"(CW * 128));
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    __syncthreads();
+    const long long t0 = clock64();
+    float sum = 0.f;
+    if (wg < CW) {  // consumer
+        constexpr int NN = 256 / CW;
+        float d[NN / 2];
+#pragma unroll
+        for (int i = 0; i < NN / 2; i++) d[i] = 0.f;
+#pragma unroll 1
+        for (int t = 0; t < stages; t++) {
+            const int st = t % SW_STAGES;
+            wg_mbar_wait((uint32_t)__cvta_generic_to_shared(full + st), (t / SW_STAGES) & 1);
+            const uint32_t sb = ring + st * SW_STAGE + wg * (NN * 128), sa = TOK ? ring + st * SW_STAGE + SW_B : tok0;
+            wg_fence();
+#pragma unroll
+            for (int s = 0; s < 4; s++) wg_op<NN>::ss(d, wg_desc(sa + 32u * s), wg_desc(sb + 32u * s));
+            wg_commit();
+            wg_wait<1>();  // stage t - 1's wgmmas are complete: free it
+            if (t > 0)
+                asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(
+                                 (uint32_t)__cvta_generic_to_shared(empty + (t - 1) % SW_STAGES))
+                             : "memory");
+        }
+        wg_wait<0>();
+#pragma unroll
+        for (int i = 0; i < NN / 2; i++) wg_pin(d[i]), sum += d[i];
+    } else {  // producer
+        const int p = tid - CW * 128;  // 0 .. PW*128-1
+        constexpr int WORDS = 2048 / (PW * 128);  // words of 8 codes per thread per stage
+        uint32_t w = 0x9E3779B9u ^ (uint32_t)p, sc = 0x3C38u;
+#pragma unroll 1
+        for (int t = 0; t < stages; t++) {
+            const int st = t % SW_STAGES;
+            wg_mbar_wait((uint32_t)__cvta_generic_to_shared(empty + st), ((t / SW_STAGES) & 1) ^ 1);
+            char *stage = sm + st * SW_STAGE;
+#pragma unroll
+            for (int i = 0; i < WORDS; i += 2) {
+                // words i, i+1: chunks 2c, 2c+1 (one 16-wide scale group) of row r
+                const int q = p + (i >> 1) * (PW * 128), r = q >> 2, c = (q & 3) * 2;
+                uint32_t sg = 0x3F803F80u, sg8 = sg;
+                if (EXP) expand_scales(sc ^ (uint32_t)(t + i), sg, sg8);
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    uint32_t a[4] = {w, w, w, w};
+                    w = w * 1664525u + 1013904223u;
+                    if (EXP) expand_codes(w, sg, sg8, a);
+                    *(uint4 *)(stage + (r >> 3) * 1024 + (r & 7) * 128 + (((c + h) ^ (r & 7)) << 4)) =
+                        make_uint4(a[0], a[1], a[2], a[3]);
+                }
+            }
+            if (TOK) {
+                uint4 *tk = (uint4 *)(stage + SW_B);
+                for (int i = p; i < 8192 / 16; i += PW * 128) tk[i] = make_uint4(w, w + 1, w + 2, w + 3);
+            }
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"((uint32_t)__cvta_generic_to_shared(full + st))
+                         : "memory");
+        }
+        sum = (float)w;
+    }
+    __syncthreads();
+    const long long t1 = clock64();
+    if (tid == 0) cyc[blockIdx.x] = t1 - t0;
+    out[blockIdx.x * blockDim.x + tid] = sum;
+}
+
+template <int CW, int PW, int EXP, int TOK>
+static void case_swp(long long *cyc)
+{
+    const void *f = (const void *)k_swp<CW, PW, EXP, TOK>;
+    cudaFuncAttributes fa;
+    CK(cudaFuncGetAttributes(&fa, f));
+    const int threads = (CW + PW) * 128, stages = 2048;
+    set_smem(f, SW_SMEM);
+    float ms;
+    TIME_MEDIAN(ms, (k_swp<CW, PW, EXP, TOK><<<g_sms, threads, SW_SMEM>>>(stages, (float *)g_out, cyc)));
+    long long h[1024];
+    float hc[1024];
+    CK(cudaMemcpy(h, cyc, (size_t)g_sms * sizeof(long long), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < g_sms; i++) hc[i] = (float)h[i];
+    const double cycles = median(hc, g_sms), cps = cycles / stages;
+    const double flop = 2.0 * 64 * 256 * 64 * (double)stages * g_sms, tflops = flop / (ms * 1e-3) / 1e12;
+    // weights expanded per second: 256 x 64 per stage
+    printf("swp CW%d PW%d exp%d tok%d regs=%3d  %8.1f cyc/stage  ratio %5.2f  %7.1f TFLOP/s  %5.1f%%990  %6.3f GHz\n", CW, PW,
+           EXP, TOK, fa.numRegs, cps, cps / 512.0, tflops, 100.0 * tflops / 990.0, cycles / (ms * 1e-3) / 1e9);
+}
+
+static void part4(void)
+{
+    long long *cyc;
+    CK(cudaMalloc(&cyc, (size_t)g_sms * sizeof(long long)));
+    printf("\n== Part 4: swapped SS form: m64 (tokens) x n256 (weights expanded into a %d-stage ring) x k64 per stage, "
+           "tensor 512 cycles per stage ==\n",
+           SW_STAGES);
+    case_swp<1, 1, 0, 0>(cyc), case_swp<1, 2, 0, 0>(cyc), case_swp<1, 1, 1, 0>(cyc), case_swp<1, 2, 1, 0>(cyc);
+    case_swp<2, 1, 1, 0>(cyc), case_swp<2, 2, 1, 0>(cyc), case_swp<1, 2, 1, 1>(cyc), case_swp<2, 2, 1, 1>(cyc);
+    case_swp<2, 1, 1, 1>(cyc);
     CK(cudaFree(cyc));
 }
 
@@ -820,6 +1037,7 @@ int main(int argc, char **argv)
         CK(cudaFree(g_buf[1]));
     }
     if (part == 0 || part == 2) part2();
+    if (part == 0 || part == 4) part4();
     CK(cudaDeviceSynchronize());
     CK(cudaGetLastError());
     printf("\nhopper_probe: done\n");
