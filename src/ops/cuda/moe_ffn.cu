@@ -23,16 +23,8 @@
 #include "ops/cuda/device.h"
 #include "ops/cuda/moe.h"
 #include "ops/cuda/moe_dev.h"
+#include "ops/cuda/moe_stream.cuh"
 #include "ops/cuda/moe_wgmma.h"
-
-__device__ __forceinline__ void mma_bf16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-                 "{%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 // ---- workspace, routing: slots into expert order, token tiles ------------------------------
 
@@ -40,7 +32,15 @@ static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
 static size_t moe_max_tiles(int slots, int experts) { return (size_t)slots / MOE_MIN_TILE + (size_t)experts + 1; }
 
-static size_t moe_ws_layout(int experts, int hidden, int inter, int tokens, int slots, char *base, moe_ws *ws)
+// The warp-scheduled small-step kernel's partials: up to 3 Mi floats (12 MiB; 12288 gate_up
+// chunks at 8-token tiles: 1024 pairs x 12 chunks at 1 token of GLM-5).
+#define MOE_PART_FLOATS ((size_t)3 << 20)
+
+// The workspace: the regions every kernel needs, then (small steps only, `tail`) the
+// warp-scheduled kernel's pair counters and partials. moe_check requires the first part; the
+// tail is used where the caller's workspace holds it (nb_moe_workspace_bytes asks for it).
+static size_t moe_ws_layout(int experts, int hidden, int inter, int tokens, int slots, char *base, moe_ws *ws,
+                            int tail = 0)
 {
     size_t off = 0, mt = moe_max_tiles(slots, experts);
 #define MOE_WS_PART(field, type, count)                                                   \
@@ -56,6 +56,12 @@ static size_t moe_ws_layout(int experts, int hidden, int inter, int tokens, int 
     MOE_WS_PART(done, int, mt);
     MOE_WS_PART(act, uint16_t, (size_t)slots * (size_t)inter);
     MOE_WS_PART(xp, uint16_t, (size_t)tokens * (size_t)hidden);
+    if (ws) ws->pdone = NULL, ws->pdone_pairs = inter / 16, ws->part = NULL, ws->part_floats = 0;
+    if (tail && slots <= MOE_SMALL_SLOTS) {
+        MOE_WS_PART(pdone, int, mt * (size_t)(inter / 16));
+        MOE_WS_PART(part, float, MOE_PART_FLOATS);
+        if (ws) ws->part_floats = MOE_PART_FLOATS;
+    }
 #undef MOE_WS_PART
     return off;
 }
@@ -131,6 +137,8 @@ __global__ void __launch_bounds__(1024) moe_route_kernel(const int32_t *ids, int
         *ws.n_tiles = tsc[tid];
     }
     __syncthreads();
+    if (ws.pdone)  // the warp-scheduled kernel's pair counters
+        for (int i = tid; i < tsc[MOE_MAX_EXPERTS - 1] * ws.pdone_pairs; i += blockDim.x) ws.pdone[i] = 0;
     for (int i = tid; i < slots; i += blockDim.x) {
         int e = ids ? ids[i] : 0;
         if (e >= 0 && e < experts) ws.sorted[atomicAdd(&cur[e], 1)] = i;
@@ -138,144 +146,6 @@ __global__ void __launch_bounds__(1024) moe_route_kernel(const int32_t *ids, int
 }
 
 // ---- the FFN kernel ------------------------------------------------------------------------
-
-// One 64-wide k-tile of one warp: expand the codes of two 16-row tiles (gate and up rows,
-// or two down tiles) and multiply with NT token fragments whose 16 BF16 per lane are in
-// b[NT][8] words.
-template <int NT>
-__device__ __forceinline__ void moe_ktile(const uint4 &wa, const uint4 &wb, uint32_t sca, uint32_t scb,
-                                          const uint32_t (*b)[8], float (*acca)[4], float (*accb)[4])
-{
-    uint32_t sa, sa8, sb, sb8;
-    expand_scales(sca, sa, sa8);
-    expand_scales(scb, sb, sb8);
-    const uint32_t wwa[4] = {wa.x, wa.y, wa.z, wa.w};
-    const uint32_t wwb[4] = {wb.x, wb.y, wb.z, wb.w};
-#pragma unroll
-    for (int s = 0; s < 4; s++) {
-        uint32_t a[4];
-        expand_codes(wwa[s], sa, sa8, a);
-#pragma unroll
-        for (int j = 0; j < NT; j++) mma_bf16(acca[j], a[0], a[1], a[2], a[3], b[j][2 * s], b[j][2 * s + 1]);
-        expand_codes(wwb[s], sb, sb8, a);
-#pragma unroll
-        for (int j = 0; j < NT; j++) mma_bf16(accb[j], a[0], a[1], a[2], a[3], b[j][2 * s], b[j][2 * s + 1]);
-    }
-}
-
-// The kernel's shared array, named so the launcher can compare it with nb_moe_smem_bytes.
-template <int NT>
-struct moe_smem_probe {
-    float red[MOE_WARPS][2][NT][4][32];
-};
-
-// The activations, written by this same kernel (gate_up items), read by the down items
-// through L1 (.ca): a block's 4 warps multiply the same token tile at the same k-groups, so
-// three of them find the rows there. Safe because a down item reads its tile's act only after
-// the acquire of the tile's counter (moe_wait_geq), which invalidates the SM's L1 (an acquire
-// load is LDG.STRONG.GPU + CCTL.IVALL; a line left from an earlier launch goes with it too),
-// and no act row of a tile is written after its counter is complete. Through L2 only (.cg,
-// before the thirteenth session) the 256-token layer kept the L2 83 % busy and ran 7-8 %
-// longer at 256-320 tokens (H200, bench/RESULTS.md, issue 8, thirteenth session).
-__device__ __forceinline__ uint4 ld_act(const uint16_t *p)
-{
-    uint4 v;
-    asm volatile("ld.global.ca.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-    return v;
-}
-
-// Token staging for the mma regime (ks == 1: the block's 4 warps share tokens and K range):
-// per k-group, the tile's [8*NT tokens][256 k] BF16 lands in shared memory once (cp.async,
-// one k-group ahead, double-buffered) instead of each warp reading it from L2. Rows are
-// padded to MOE_BROW bytes so that the fragment reads (16 bytes at row*528 + 32*t) of a
-// quarter-warp hit distinct banks.
-#define MOE_BROW NB_MOE_B_ROW_BYTES
-#define MOE_STAGED(nt) ((nt) >= NB_MOE_NT_MMA)
-
-// All threads of the block: token rows of k-group kg into buf (rows past the tile: zeros).
-template <int NT>
-__device__ __forceinline__ void moe_stage_tokens(char *buf, const uint16_t *base, const long long *row, int kg)
-{
-#pragma unroll
-    for (int m = 0; m < 8 * NT * 32 / MOE_THREADS; m++) {
-        const int c = threadIdx.x + m * MOE_THREADS, r = c >> 5, col = c & 31;
-        const long long off = row[r];
-        cp_async16(buf + r * MOE_BROW + col * 16, base + (off < 0 ? 0 : off) + kg * 256 + col * 8, off >= 0);
-    }
-    cp_async_commit();
-}
-// PAD: no row is NULL (lanes past the tile read a real row, whose products land only in
-// output columns the epilogue never stores), so no zeroing and no predicated loads.
-template <int NT, bool DN, bool PAD = false>
-__device__ __forceinline__ void moe_load_b(const uint16_t *const *brow, int q, uint32_t (*b)[8])
-{
-#pragma unroll
-    for (int j = 0; j < NT; j++) {
-        uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
-        if (PAD || brow[j]) {
-            if (DN) {
-                lo = ld_act(brow[j] + q * 64);
-                hi = ld_act(brow[j] + q * 64 + 8);
-            } else {
-                lo = __ldg((const uint4 *)(brow[j] + q * 64));
-                hi = __ldg((const uint4 *)(brow[j] + q * 64 + 8));
-            }
-        }
-        b[j][0] = lo.x, b[j][1] = lo.y, b[j][2] = lo.z, b[j][3] = lo.w;
-        b[j][4] = hi.x, b[j][5] = hi.y, b[j][6] = hi.z, b[j][7] = hi.w;
-    }
-}
-
-// bsm: the block's staged tokens of this k-group (rows of MOE_BROW bytes), or NULL to load
-// this lane's fragments from global memory.
-template <int NT, bool SMEM, bool PAD = false>
-__device__ __forceinline__ void moe_group(const uint4 (&wa)[4], const uint4 (&wb)[4], uint2 sa, uint2 sb,
-                                          const uint16_t *const *brow, const char *bsm, bool dn, int kg,
-                                          float (*acca)[4], float (*accb)[4])
-{
-#pragma unroll
-    for (int qq = 0; qq < 4; qq++) {
-        uint32_t b[NT][8];
-        if (SMEM) {
-            // Half a k-tile (two k-steps) of tokens at a time: 4 registers per fragment.
-            const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-            uint32_t sga, sga8, sgb, sgb8;
-            expand_scales((qq < 2 ? sa.x : sa.y) >> ((qq & 1) * 16), sga, sga8);
-            expand_scales((qq < 2 ? sb.x : sb.y) >> ((qq & 1) * 16), sgb, sgb8);
-            const uint32_t wwa[4] = {wa[qq].x, wa[qq].y, wa[qq].z, wa[qq].w};
-            const uint32_t wwb[4] = {wb[qq].x, wb[qq].y, wb[qq].z, wb[qq].w};
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                uint32_t bh[NT][4];
-#pragma unroll
-                for (int j = 0; j < NT; j++) {
-                    const uint4 v = *(const uint4 *)(bsm + (j * 8 + g) * MOE_BROW + qq * 128 + t * 32 + h * 16);
-                    bh[j][0] = v.x, bh[j][1] = v.y, bh[j][2] = v.z, bh[j][3] = v.w;
-                }
-#pragma unroll
-                for (int s2 = 0; s2 < 2; s2++) {
-                    uint32_t a[4];
-                    expand_codes(wwa[2 * h + s2], sga, sga8, a);
-#pragma unroll
-                    for (int j = 0; j < NT; j++)
-                        mma_bf16(acca[j], a[0], a[1], a[2], a[3], bh[j][2 * s2], bh[j][2 * s2 + 1]);
-                    expand_codes(wwb[2 * h + s2], sgb, sgb8, a);
-#pragma unroll
-                    for (int j = 0; j < NT; j++)
-                        mma_bf16(accb[j], a[0], a[1], a[2], a[3], bh[j][2 * s2], bh[j][2 * s2 + 1]);
-                }
-            }
-            continue;
-        } else if (dn) {
-            moe_load_b<NT, true, PAD>(brow, kg * 4 + qq, b);
-        } else {
-            moe_load_b<NT, false, PAD>(brow, kg * 4 + qq, b);
-        }
-        uint32_t s2a = (qq < 2 ? sa.x : sa.y) >> ((qq & 1) * 16);
-        uint32_t s2b = (qq < 2 ? sb.x : sb.y) >> ((qq & 1) * 16);
-        moe_ktile<NT>(wa[qq], wb[qq], s2a, s2b, b, acca, accb);
-    }
-}
 
 // One item of the block: 4 / ks pairs of 16-row tiles, each pair's K split over ks warps
 // (ks = 1, 2 or 4; more splitting when few experts are touched, so that all SMs stream).
@@ -541,45 +411,12 @@ __global__ void __launch_bounds__(MOE_THREADS, MOE_MIN_BLOCKS(NT)) moe_ffn_small
 {
     __shared__ moe_smem_probe<NT> sm;
     __shared__ long long s_row[8 * NT];
-    __shared__ int s_e[MOE_SMALL_SLOTS], s_sorted[MOE_SMALL_SLOTS], s_nt[MOE_SMALL_SLOTS], s_ntiles;
-    __shared__ int4 s_tiles[MOE_SMALL_SLOTS];
+    __shared__ moe_small_route_smem rt;
     const int tid = threadIdx.x;
-    if (tid < MOE_SMALL_SLOTS) {
-        int e = -1;
-        if (tid < p.slots) e = p.ids ? p.ids[tid] : 0;
-        s_e[tid] = e >= 0 && e < p.experts ? e : -1;
-    }
-    __syncthreads();
-    int e = -1, cnt = 0, below = 0;
-    if (tid < MOE_SMALL_SLOTS) {
-        e = s_e[tid];
-        int rank = 0;
-        for (int j = 0; j < p.slots; j++) {
-            const int ej = s_e[j];
-            cnt += ej == e;
-            rank += ej == e && j < tid;
-            below += ej >= 0 && ej < e;
-        }
-        if (e >= 0) s_sorted[below + rank] = tid;
-        s_nt[tid] = e >= 0 && rank == 0 ? (cnt + p.tile - 1) / p.tile : 0;
-    }
-    __syncthreads();
-    if (tid < MOE_SMALL_SLOTS && s_nt[tid] > 0) {
-        int tfirst = 0;
-        for (int j = 0; j < p.slots; j++) tfirst += s_e[j] >= 0 && s_e[j] < e ? s_nt[j] : 0;
-        const int nt = s_nt[tid];
-        for (int jj = 0; jj < nt; jj++)
-            s_tiles[tfirst + jj] = make_int4(e, below + jj * p.tile, min(p.tile, cnt - jj * p.tile), jj | (nt << 16));
-    }
-    if (tid == 0) {
-        int n = 0;
-        for (int j = 0; j < p.slots; j++) n += s_nt[j];
-        s_ntiles = n;
-    }
-    __syncthreads();
+    const int n_tiles = moe_small_route(p, rt);
     const int rb_gu = p.inter / 16 / (MOE_WARPS / p.ks_gu), rb_dn = p.hidden / 32 / (MOE_WARPS / p.ks_dn);
     const int n_z = (int)((p.zero_elems + MOE_ZERO_CHUNK - 1) / MOE_ZERO_CHUNK);
-    const int n_tiles = s_ntiles, n_gu = n_tiles * rb_gu, total = n_z + n_gu + n_tiles * rb_dn;
+    const int n_gu = n_tiles * rb_gu, total = n_z + n_gu + n_tiles * rb_dn;
     bool waited = false;  // thread 0's griddepcontrol.wait done
     for (int item = blockIdx.x; item < total; item += gridDim.x) {
         if (item < n_z) {
@@ -596,12 +433,12 @@ __global__ void __launch_bounds__(MOE_THREADS, MOE_MIN_BLOCKS(NT)) moe_ffn_small
         bool dn;
         int ti, rb;
         moe_locate(item, n_z, n_gu, rb_gu, rb_dn, dn, ti, rb);
-        const int4 tl = s_tiles[ti];
+        const int4 tl = rt.tiles[ti];
         if (tid < 8 * NT) {
             const int r = tid, pos = tl.y + r;
             s_row[r] = r >= tl.z ? -1
                        : dn      ? (long long)pos * p.inter
-                                 : (long long)(s_sorted[pos] / p.topk) * p.hidden;
+                                 : (long long)(rt.sorted[pos] / p.topk) * p.hidden;
         }
         if (dn && tid == 0) {
             if (!waited) griddep_wait(), waited = true;
@@ -610,9 +447,9 @@ __global__ void __launch_bounds__(MOE_THREADS, MOE_MIN_BLOCKS(NT)) moe_ffn_small
         }
         __syncthreads();
         if (dn) {
-            moe_item<NT, true, LOOP>(p, sm, nullptr, s_row, tl.x, tl.y, tl.z, rb, p.ks_dn, s_sorted);
+            moe_item<NT, true, LOOP>(p, sm, nullptr, s_row, tl.x, tl.y, tl.z, rb, p.ks_dn, rt.sorted);
         } else {
-            moe_item<NT, false, LOOP>(p, sm, nullptr, s_row, tl.x, tl.y, tl.z, rb, p.ks_gu, s_sorted);
+            moe_item<NT, false, LOOP>(p, sm, nullptr, s_row, tl.x, tl.y, tl.z, rb, p.ks_gu, rt.sorted);
             if (tid == 0) {
                 if (!waited) griddep_wait(), waited = true;
                 add_release(p.done + ti, 1);
@@ -625,7 +462,7 @@ __global__ void __launch_bounds__(MOE_THREADS, MOE_MIN_BLOCKS(NT)) moe_ffn_small
 
 extern "C" size_t nb_moe_workspace_bytes(const nb_moe_weights_dev *w, int tokens, int topk)
 {
-    return moe_ws_layout(w->experts, w->hidden, w->inter, tokens, tokens * topk, NULL, NULL);
+    return moe_ws_layout(w->experts, w->hidden, w->inter, tokens, tokens * topk, NULL, NULL, 1);
 }
 
 extern "C" const char *nb_moe_kernel_name(nb_moe_kernel k)
@@ -688,8 +525,8 @@ static int moe_k_split(int tokens, int topk, int experts, int pairs, int down)
 // The stream kernel's switches, read once from the environment (A/B runs of one binary):
 //   NIBBLE_MOE_STREAM=v1  the first sessions' stream path: the routing kernel's shared-memory
 //                         scans, no small-step kernel;
-//   NIBBLE_MOE_SMALL=0|1  steps of at most MOE_SMALL_SLOTS slots on moe_ffn_small_kernel
-//                         (default 1);
+//   NIBBLE_MOE_SMALL=0|1|2  steps of at most MOE_SMALL_SLOTS slots on moe_ffn_small_kernel
+//                         (1, default) or the warp-scheduled moe_ffn_warp_kernel (2, moe_warp.cu);
 //   NIBBLE_MOE_NT=1|2     token fragments per warp (8- or 16-token tiles), whatever the step;
 //   NIBBLE_MOE_STREAM_LOOP=0|1|2  the k-group loop (moe_item): 0 the loop before the seventh
 //                         session, 1 load pointers advanced by constants, 2 that with two
@@ -730,7 +567,7 @@ static const moe_stream_cfg *moe_stream_config(void)
     if (!moe_cfg_init) {
         const char *v = getenv("NIBBLE_MOE_STREAM");
         const int v1 = v && !strcmp(v, "v1");
-        c.small = moe_env_int("NIBBLE_MOE_SMALL", v1 ? 0 : 1, 0, 1);
+        c.small = moe_env_int("NIBBLE_MOE_SMALL", v1 ? 0 : 1, 0, 2);
         c.nt = moe_env_int("NIBBLE_MOE_NT", 0, 0, 2);
         c.fast_route = !v1;
         c.loop = moe_env_int("NIBBLE_MOE_STREAM_LOOP", NB_MOE_STREAM_LOOP_DEFAULT, 0, 2);
@@ -896,13 +733,20 @@ static nb_status moe_forward_impl(const nb_moe_weights_dev *w, const nb_moe_desc
 {
     NB_TRY(moe_check(w, d, topk));
     if (!d->tokens) return NB_OK;
-    moe_ws ws;
-    moe_ws_layout(w->experts, w->hidden, w->inter, d->tokens, d->tokens * topk, (char *)d->workspace, &ws);
     nb_moe_kernel k = d->kernel != NB_MOE_KERNEL_AUTO
                           ? d->kernel
                           : nb_moe_pick_kernel(d->tokens, topk, w->experts, w->hidden, w->inter, moe_sm_arch());
     const int nt = moe_nt(k, (double)d->tokens * topk / w->experts, d->tokens * topk, w->hidden, w->inter);
     const moe_stream_cfg *cfg = moe_stream_config();
+    // The small-step kernels (at most MOE_SMALL_SLOTS slots, 8- or 16-token tiles): 1
+    // moe_ffn_small_kernel, 2 the warp-scheduled one where the workspace holds its tail.
+    int small = 0;
+    if (k == NB_MOE_KERNEL_STREAM && d->tokens * topk <= MOE_SMALL_SLOTS && nt <= 2) small = cfg->small;
+    if (small == 2 &&
+        d->workspace_bytes < moe_ws_layout(w->experts, w->hidden, w->inter, d->tokens, d->tokens * topk, NULL, NULL, 1))
+        small = 1;
+    moe_ws ws;
+    moe_ws_layout(w->experts, w->hidden, w->inter, d->tokens, d->tokens * topk, (char *)d->workspace, &ws, small == 2);
     // A plain launch, never a programmatic (PDL) one: moe_ffn_small_kernel reads the ids before
     // its griddepcontrol.wait, relying on this kernel starting only once their producer is done.
     moe_route_kernel<<<1, 1024, 0, st>>>(d->ids, d->tokens * topk, w->experts, 8 * nt, ws, cfg->fast_route);
@@ -917,13 +761,13 @@ static nb_status moe_forward_impl(const nb_moe_weights_dev *w, const nb_moe_desc
     p.ks_gu = moe_k_split(d->tokens, topk, w->experts, w->inter / 16, 0);
     p.ks_dn = moe_k_split(d->tokens, topk, w->experts, w->hidden / 32, 1);
     if (nt >= NB_MOE_NT_MMA) p.ks_gu = p.ks_dn = 1;  // the mma kernel stages tokens per block
-    int small = 0;                                    // moe_ffn_small_kernel
-    if (k == NB_MOE_KERNEL_STREAM && d->tokens * topk <= MOE_SMALL_SLOTS && cfg->small) {
-        small = 1;
-        p.ids = d->ids, p.slots = d->tokens * topk, p.experts = w->experts, p.tile = 8 * nt;
-    }
+    if (small) p.ids = d->ids, p.slots = d->tokens * topk, p.experts = w->experts, p.tile = 8 * nt;
     NB_LOG_DEBUG("cuda", "moe: %s kernel%s, %d-token tiles, K split gate_up %d / down %d", nb_moe_kernel_name(k),
-                 small ? " (small-step)" : "", 8 * nt, p.ks_gu, p.ks_dn);
+                 small == 2 ? " (small-step, per warp)" : small ? " (small-step)" : "", 8 * nt, p.ks_gu, p.ks_dn);
+    if (small == 2) {
+        p.pdone = ws.pdone, p.part = ws.part, p.part_units = (long long)(ws.part_floats / (2 * nt * 128));
+        return moe_launch_warp(p, nt, st);
+    }
     if (k == NB_MOE_KERNEL_WGMMA) {
         p.xp = ws.xp, p.xpw = ws.xp, p.tokens = d->tokens;
         return moe_launch_wg(p, 8 * nt, (double)d->tokens * topk / w->experts, moe_sm_count(), st);
