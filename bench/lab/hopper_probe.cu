@@ -36,12 +36,20 @@
 //   rse3    as rse2 with each k-tile's codes read from shared memory (a 16-byte word per row
 //           tile and lane) and its two scale words expanded, as the wgmma MoE kernel does
 //   rse4    as rse3 plus a block barrier every 2 k-tiles (the kernel's one per slice)
+//   rsed4, rse3d4   rse, rse3 with four A sets and wait_group 3 (three k-steps in flight while
+//           the next is expanded)
+//   rseb2, rse3b2   rse, rse3 with k-steps in pairs: both expanded, one fence, two wgmmas (four
+//           for rse3b2), one commit, wait_group 1
 // cyc/wgmma = SM cycles (clock64 around the loop, median block) / wgmmas per SM; tensor time
 // is N/2 cycles (dense peak ~990 TFLOP/s = 4096 FLOP per cycle per SM at ~1.83 GHz);
 // TFLOP/s from events; GHz = cycles / event time.
 //
+// Part 4, the swapped form: tokens as A (m64) and the weights as B (n256), expanded from NVFP4
+// into a shared-memory ring by producer warpgroups, consumed by SS wgmmas: cycles per stage (one
+// 64-wide k-tile of 256 weight rows) against its 512 tensor cycles (k_swp, part 4's comment).
+//
 // Build and run:    bash bench/lab/hopper_probe.sh run      (build only: without `run`)
-// One part only:    bash bench/lab/hopper_probe.sh run 1    (parts 1 and 3; or 2)
+// One part only:    bash bench/lab/hopper_probe.sh run 1    (parts 1 and 3; or 2, or 4)
 // About 5-15 s on an H200 (under 60 s). Any CUDA error exits non-zero. bench/lab/README.md.
 #include <cuda_runtime.h>
 #include <stdint.h>
