@@ -204,6 +204,8 @@ const char *nb_moe_kernel_name(nb_moe_kernel k);
 void nb_moe_stream_set(int small, int nt, int fast_route, int loop);
 /* The stream kernel's default k-group loop (above). */
 #define NB_MOE_STREAM_LOOP_DEFAULT 2
+/* The warp-scheduled small-step kernel's units per warp (NIBBLE_MOE_WARP_UNITS). */
+#define NB_MOE_WARP_UNITS 8
 
 /* ---- router ------------------------------------------------------------------------- */
 

@@ -131,6 +131,7 @@ struct moe_params {
     int *pdone;
     float *part;
     long long part_units;
+    int warp_units;  // units per warp its chunking aims at (NIBBLE_MOE_WARP_UNITS)
     // moe_wgpc.cu lab switch (NIBBLE_MOE_WG_PC_LAB, timing only, wrong results; 0 elsewhere):
     // bit 0: the producer moves no codes/scales, bit 1: no token rows.
     int pc_lab;

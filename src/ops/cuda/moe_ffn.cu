@@ -530,9 +530,10 @@ static int moe_k_split(int tokens, int topk, int experts, int pairs, int down)
 //   NIBBLE_MOE_NT=1|2     token fragments per warp (8- or 16-token tiles), whatever the step;
 //   NIBBLE_MOE_STREAM_LOOP=0|1|2  the k-group loop (moe_item): 0 the loop before the seventh
 //                         session, 1 load pointers advanced by constants, 2 that with two
-//                         k-groups per trip and no zero rows (default NB_MOE_STREAM_LOOP_DEFAULT).
+//                         k-groups per trip and no zero rows (default NB_MOE_STREAM_LOOP_DEFAULT);
+//   NIBBLE_MOE_WARP_UNITS=N  the warp-scheduled kernel's units per warp (its chunking; default 8).
 typedef struct {
-    int nt, fast_route, small, loop;
+    int nt, fast_route, small, loop, warp_units;
 } moe_stream_cfg;
 
 static int moe_env_int(const char *name, int def, int lo, int hi)
@@ -558,6 +559,7 @@ extern "C" void nb_moe_stream_set(int small, int nt, int fast_route, int loop)
         return;
     }
     moe_cfg.small = small, moe_cfg.nt = nt, moe_cfg.fast_route = fast_route, moe_cfg.loop = loop;
+    moe_cfg.warp_units = NB_MOE_WARP_UNITS;
     moe_cfg_init = 1;
 }
 
@@ -571,9 +573,10 @@ static const moe_stream_cfg *moe_stream_config(void)
         c.nt = moe_env_int("NIBBLE_MOE_NT", 0, 0, 2);
         c.fast_route = !v1;
         c.loop = moe_env_int("NIBBLE_MOE_STREAM_LOOP", NB_MOE_STREAM_LOOP_DEFAULT, 0, 2);
+        c.warp_units = moe_env_int("NIBBLE_MOE_WARP_UNITS", NB_MOE_WARP_UNITS, 1, 64);
         moe_cfg_init = 1;
-        NB_LOG_DEBUG("cuda", "moe stream kernel: small-step kernel %d, NT %d, fast route %d, k-group loop %d", c.small,
-                     c.nt, c.fast_route, c.loop);
+        NB_LOG_DEBUG("cuda", "moe stream kernel: small-step kernel %d, NT %d, fast route %d, k-group loop %d, %d units per warp",
+                     c.small, c.nt, c.fast_route, c.loop, c.warp_units);
     }
     return &c;
 }
@@ -766,6 +769,7 @@ static nb_status moe_forward_impl(const nb_moe_weights_dev *w, const nb_moe_desc
                  small == 2 ? " (small-step, per warp)" : small ? " (small-step)" : "", 8 * nt, p.ks_gu, p.ks_dn);
     if (small == 2) {
         p.pdone = ws.pdone, p.part = ws.part, p.part_units = (long long)(ws.part_floats / (2 * nt * 128));
+        p.warp_units = cfg->warp_units;
         return moe_launch_warp(p, nt, st);
     }
     if (k == NB_MOE_KERNEL_WGMMA) {

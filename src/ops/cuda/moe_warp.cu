@@ -39,8 +39,6 @@
 #include "ops/cuda/moe_dev.h"
 #include "ops/cuda/moe_stream.cuh"
 
-// Units per warp the chunking aims at (the last ones are what the tail is made of).
-#define MW_UNITS 8
 #define MW_BLOCKS(nt) ((nt) == 1 ? 4 : 3)  // blocks per SM: moe_ffn_small_kernel's
 
 // The step's plan: the same in every block (each computes it from its own routing).
@@ -53,7 +51,8 @@ struct mw_unit {
     int u, dn, ti, pair, c, kg0, kg1;
 };
 
-// The chunking: G k-groups per unit for ~MW_UNITS units per warp over both phases; gate_up
+// The chunking: G k-groups per unit for ~p.warp_units (NB_MOE_WARP_UNITS) units per warp over
+// both phases (the last units are what the tail is made of); gate_up
 // chunks beyond the partial buffer's room (p.part_units) are merged.
 __device__ __forceinline__ mw_plan mw_make_plan(const moe_params &p, int n_tiles)
 {
@@ -63,7 +62,7 @@ __device__ __forceinline__ mw_plan mw_make_plan(const moe_params &p, int n_tiles
     q.pairs_gu = p.inter / 16, q.pairs_dn = p.hidden / 32;
     q.kg_gu = p.hidden / 256, q.kg_dn = p.inter / 256;
     const long long kgs = (long long)n_tiles * ((long long)q.pairs_gu * q.kg_gu + (long long)q.pairs_dn * q.kg_dn);
-    const long long per = (long long)MW_UNITS * q.nwarps;
+    const long long per = (long long)max(1, p.warp_units) * q.nwarps;
     const int g = (int)max(1LL, (kgs + per - 1) / per);
     q.nc_gu = (q.kg_gu + g - 1) / g, q.nc_dn = (q.kg_dn + g - 1) / g;
     const long long room = (long long)n_tiles * q.pairs_gu;
@@ -251,30 +250,52 @@ __device__ __forceinline__ void mw_finish(const moe_params &p, const mw_plan &q,
         old = __shfl_sync(0xffffffffu, old, 0);
         if (old != q.nc_gu - 1) return;
         __syncwarp();  // lane 0's acquire before every lane's loads
-        float sa[NT][4], sb[NT][4];
+        if (cnt <= 2) {
+            // Only lanes t == 0 hold columns (fragment 0): the four lanes of a row group each add
+            // the chunks c = t, t + 4, ... of lane (g, 0) and combine by shuffles in a fixed order
+            // (a quarter of the dependent L2 loads of the general path below).
+            float4 ga = make_float4(0.0f, 0.0f, 0.0f, 0.0f), ua = ga;
+            for (int c = t; c < q.nc_gu; c += 4) {
+                const float4 va = mw_ld_cg(part + ((size_t)c * 2 * NT) * 128 + g * 16);
+                const float4 vb = mw_ld_cg(part + ((size_t)c * 2 * NT + NT) * 128 + g * 16);
+                ga.x += va.x, ga.y += va.y, ga.z += va.z, ga.w += va.w;
+                ua.x += vb.x, ua.y += vb.y, ua.z += vb.z, ua.w += vb.w;
+            }
 #pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) sa[j][i] = sb[j][i] = 0.0f;
-        for (int c = 0; c < q.nc_gu; c++)
+            for (int m = 1; m <= 2; m <<= 1) {
+                ga.x += __shfl_xor_sync(0xffffffffu, ga.x, m), ga.y += __shfl_xor_sync(0xffffffffu, ga.y, m);
+                ga.z += __shfl_xor_sync(0xffffffffu, ga.z, m), ga.w += __shfl_xor_sync(0xffffffffu, ga.w, m);
+                ua.x += __shfl_xor_sync(0xffffffffu, ua.x, m), ua.y += __shfl_xor_sync(0xffffffffu, ua.y, m);
+                ua.z += __shfl_xor_sync(0xffffffffu, ua.z, m), ua.w += __shfl_xor_sync(0xffffffffu, ua.w, m);
+            }
+            acca[0][0] = ga.x, acca[0][1] = ga.y, acca[0][2] = ga.z, acca[0][3] = ga.w;
+            accb[0][0] = ua.x, accb[0][1] = ua.y, accb[0][2] = ua.z, accb[0][3] = ua.w;
+        } else {
+            float sa[NT][4], sb[NT][4];
 #pragma unroll
             for (int j = 0; j < NT; j++)
-                if (j * 8 + 2 * t < cnt) {
-                    float4 va, vb;
-                    if (c == x.c) {
-                        va = make_float4(acca[j][0], acca[j][1], acca[j][2], acca[j][3]);
-                        vb = make_float4(accb[j][0], accb[j][1], accb[j][2], accb[j][3]);
-                    } else {
-                        va = mw_ld_cg(part + ((size_t)c * 2 * NT + j) * 128 + lane * 4);
-                        vb = mw_ld_cg(part + ((size_t)c * 2 * NT + NT + j) * 128 + lane * 4);
+#pragma unroll
+                for (int i = 0; i < 4; i++) sa[j][i] = sb[j][i] = 0.0f;
+            for (int c = 0; c < q.nc_gu; c++)
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+                    if (j * 8 + 2 * t < cnt) {
+                        float4 va, vb;
+                        if (c == x.c) {
+                            va = make_float4(acca[j][0], acca[j][1], acca[j][2], acca[j][3]);
+                            vb = make_float4(accb[j][0], accb[j][1], accb[j][2], accb[j][3]);
+                        } else {
+                            va = mw_ld_cg(part + ((size_t)c * 2 * NT + j) * 128 + lane * 4);
+                            vb = mw_ld_cg(part + ((size_t)c * 2 * NT + NT + j) * 128 + lane * 4);
+                        }
+                        sa[j][0] += va.x, sa[j][1] += va.y, sa[j][2] += va.z, sa[j][3] += va.w;
+                        sb[j][0] += vb.x, sb[j][1] += vb.y, sb[j][2] += vb.z, sb[j][3] += vb.w;
                     }
-                    sa[j][0] += va.x, sa[j][1] += va.y, sa[j][2] += va.z, sa[j][3] += va.w;
-                    sb[j][0] += vb.x, sb[j][1] += vb.y, sb[j][2] += vb.z, sb[j][3] += vb.w;
-                }
 #pragma unroll
-        for (int j = 0; j < NT; j++)
+            for (int j = 0; j < NT; j++)
 #pragma unroll
-            for (int i = 0; i < 4; i++) acca[j][i] = sa[j][i], accb[j][i] = sb[j][i];
+                for (int i = 0; i < 4; i++) acca[j][i] = sa[j][i], accb[j][i] = sb[j][i];
+        }
     }
     const float fg = MOE_ACC_FIX * p.g13[2 * e], fu = MOE_ACC_FIX * p.g13[2 * e + 1];
 #pragma unroll
