@@ -211,6 +211,25 @@ __device__ __forceinline__ void add_release(int *p, int v)
 }
 
 
+// Launches a MoE kernel with programmatic stream serialization (PDL): its blocks may start
+// while the kernel before it in the stream runs; they wait (griddepcontrol.wait) where they
+// need its results.
+static inline cudaError_t moe_launch_pdl(void (*k)(moe_params), unsigned grid, unsigned block, size_t smem,
+                                         cudaStream_t st, const moe_params &p)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(block);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute at[1] = {};
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, k, p);
+}
+
 // The wgmma kernel's launcher (moe_wgmma.cu): token tiles of up to nmax (NB_MOE_WG_TILE) tokens;
 // tokens_per_expert, the step's slots over all experts, picks the wide form's middle width.
 nb_status moe_launch_wg(const moe_params &p, int nmax, double tokens_per_expert, int sms, cudaStream_t st);
@@ -222,7 +241,7 @@ size_t moe_wg_dyn_smem(int nmax, int a_smem);
 nb_status moe_launch_wgpc(const moe_params &p, int nw, int sms, cudaStream_t st);
 int moe_wgpc_fits(int hidden, int inter);
 // The warp-scheduled small-step kernel (moe_warp.cu; p as for moe_ffn_small_kernel plus pdone,
-// part and part_units), with nt = 1 or 2 token fragments per warp.
-nb_status moe_launch_warp(const moe_params &p, int nt, cudaStream_t st);
+// part and part_units), with nt = 1 or 2 token fragments per warp, on `sms` multiprocessors.
+nb_status moe_launch_warp(const moe_params &p, int nt, int sms, cudaStream_t st);
 
 #endif

@@ -684,17 +684,7 @@ static nb_status moe_launch_ffn(const moe_params &p, cudaStream_t st)
         NB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_kern<NT, SMALL, LOOP>(), MOE_THREADS, dyn));
         if (per_sm < 1) return nb_error(NB_ERR_CUDA, "moe: FFN kernel<%d> cannot be resident", NT);
     }
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)moe_grid_blocks(moe_sm_count() * per_sm));
-    cfg.blockDim = dim3(MOE_THREADS);
-    cfg.dynamicSmemBytes = dyn;
-    cfg.stream = st;
-    cudaLaunchAttribute at[1] = {};
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
-    NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, moe_kern<NT, SMALL, LOOP>(), p));
+    NB_CUDA_TRY(moe_launch_pdl(moe_kern<NT, SMALL, LOOP>(), (unsigned)moe_grid_blocks(moe_sm_count() * per_sm), MOE_THREADS, dyn, st, p));
     return NB_OK;
 }
 
@@ -770,7 +760,7 @@ static nb_status moe_forward_impl(const nb_moe_weights_dev *w, const nb_moe_desc
     if (small == 2) {
         p.pdone = ws.pdone, p.part = ws.part, p.part_units = (long long)(ws.part_floats / (2 * nt * 128));
         p.warp_units = cfg->warp_units;
-        return moe_launch_warp(p, nt, st);
+        return moe_launch_warp(p, nt, moe_sm_count(), st);
     }
     if (k == NB_MOE_KERNEL_WGMMA) {
         p.xp = ws.xp, p.xpw = ws.xp, p.tokens = d->tokens;

@@ -391,7 +391,7 @@ __global__ void __launch_bounds__(MOE_THREADS, MW_BLOCKS(NT)) moe_ffn_warp_kerne
     mw_start(p, ws);  // a warp without units still counts its slice of out
 }
 
-nb_status moe_launch_warp(const moe_params &p, int nt, cudaStream_t st)
+nb_status moe_launch_warp(const moe_params &p, int nt, int sms, cudaStream_t st)
 {
     static int per_sm[3] = {0, 0, 0};
     void (*k)(moe_params) = nt == 1 ? moe_ffn_warp_kernel<1> : moe_ffn_warp_kernel<2>;
@@ -400,18 +400,7 @@ nb_status moe_launch_warp(const moe_params &p, int nt, cudaStream_t st)
         NB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm[nt], k, MOE_THREADS, 0));
         if (per_sm[nt] < 1) return nb_error(NB_ERR_CUDA, "moe: warp-scheduled kernel<%d> cannot be resident", nt);
     }
-    int sms = 0, dev = 0;
-    NB_CUDA_TRY(cudaGetDevice(&dev));
-    NB_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)(sms * per_sm[nt]));  // all resident at once (see the top)
-    cfg.blockDim = dim3(MOE_THREADS);
-    cfg.stream = st;
-    cudaLaunchAttribute at[1] = {};
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
-    NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, k, p));
+    // the whole grid resident at once (see the top)
+    NB_CUDA_TRY(moe_launch_pdl(k, (unsigned)(sms * per_sm[nt]), MOE_THREADS, 0, st, p));
     return NB_OK;
 }

@@ -636,17 +636,7 @@ static nb_status moe_launch_wg_t(const moe_params &p, int sms, cudaStream_t st)
         NB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_wg_kernel<NMAX, NS, AS, D, C, W, L>, W * 32, dyn));
         if (per_sm < 1) return nb_error(NB_ERR_CUDA, "moe: wgmma kernel<%d> cannot be resident", NMAX);
     }
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)(sms * per_sm));
-    cfg.blockDim = dim3(W * 32);
-    cfg.dynamicSmemBytes = dyn;
-    cfg.stream = st;
-    cudaLaunchAttribute at[1] = {};
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
-    NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, moe_wg_kernel<NMAX, NS, AS, D, C, W, L>, p));
+    NB_CUDA_TRY(moe_launch_pdl(moe_wg_kernel<NMAX, NS, AS, D, C, W, L>, (unsigned)(sms * per_sm), W * 32, dyn, st, p));
     return NB_OK;
 }
 

@@ -443,17 +443,7 @@ static nb_status pc_launch_t(const moe_params &p, int sms, cudaStream_t st)
         NB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_pc_kernel<NW, NS, BULK>, PC_THREADS, dyn));
         if (per_sm < 1) return nb_error(NB_ERR_CUDA, "moe: producer/consumer wgmma kernel<%d> cannot be resident", NW);
     }
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)(sms * per_sm));
-    cfg.blockDim = dim3(PC_THREADS);
-    cfg.dynamicSmemBytes = dyn;
-    cfg.stream = st;
-    cudaLaunchAttribute at[1] = {};
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
-    NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, moe_pc_kernel<NW, NS, BULK>, p));
+    NB_CUDA_TRY(moe_launch_pdl(moe_pc_kernel<NW, NS, BULK>, (unsigned)(sms * per_sm), PC_THREADS, dyn, st, p));
     return NB_OK;
 }
 
