@@ -21,7 +21,7 @@ for f in src/base/status.c src/base/log.c src/base/file.c src/base/progress.c sr
          src/tools/tile_plan.c src/ops/cuda/moe_repack.c; do
   o="$OUT/obj/$(echo "$f" | tr / _).o"; gcc $CFLAGS -c "$f" -o "$o"; objs+=("$o")
 done
-for f in src/ops/cuda/device.cu src/ops/cuda/gemm_lt.cu src/ops/cuda/moe_ffn.cu src/ops/cuda/moe_warp.cu src/ops/cuda/moe_wgmma.cu src/ops/cuda/moe_wgpc.cu src/ops/cuda/moe_router.cu src/ops/cuda/elementwise.cu \
+for f in src/ops/cuda/device.cu src/ops/cuda/gemm_lt.cu src/ops/cuda/moe_ffn.cu src/ops/cuda/moe_wgmma.cu src/ops/cuda/moe_wgpc.cu src/ops/cuda/moe_router.cu src/ops/cuda/elementwise.cu \
          src/tools/lab/moe_bench.cu; do
   o="$OUT/obj/$(echo "$f" | tr / _).o"; nvcc $NVFLAGS -c "$f" -o "$o"; objs+=("$o")
 done

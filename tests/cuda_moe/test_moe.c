@@ -243,10 +243,8 @@ static void test_moe_glm5_shape(void)
  * kernel (routes for itself; at most 64 slots, larger steps fall back to the counter-driven
  * kernel) at 8- and 16-token tiles, the counter-driven kernel with the shuffle-scan routing at
  * forced 8- and 16-token tiles, all on the default k-group loop (2: lanes past the tile read
- * its first row instead of zeros, so a column the epilogue should not store would show); the
- * warp-scheduled small-step kernel (moe_warp.cu) at 8- and 16-token tiles, with GLM-5 shapes
- * at 1 and 8 tokens (its chunked gate_up pairs, dealt and counted units); then the small-step
- * and counter-driven rows on loops 0 and 1 (NIBBLE_MOE_STREAM_LOOP). */
+ * its first row instead of zeros, so a column the epilogue should not store would show); then
+ * the last four on loops 0 and 1 (NIBBLE_MOE_STREAM_LOOP). */
 static const struct {
     int small, nt, fast_route, loop;
     const char *name;
@@ -260,8 +258,6 @@ static const struct {
     {1, 2, 1, 0, "small-step kernel, 16-token tiles, loop 0"},
     {0, 1, 1, 0, "8-token tiles, loop 0"},
     {0, 2, 1, 0, "16-token tiles, loop 0"},
-    {2, 0, 1, NB_MOE_STREAM_LOOP_DEFAULT, "warp-scheduled small-step kernel (NIBBLE_MOE_SMALL=2)"},
-    {2, 2, 1, NB_MOE_STREAM_LOOP_DEFAULT, "warp-scheduled small-step kernel, 16-token tiles"},
     {1, 0, 1, 1, "small-step kernel, k-group loop 1"},
     {1, 2, 1, 1, "small-step kernel, 16-token tiles, loop 1"},
     {0, 1, 1, 1, "8-token tiles, loop 1"},
@@ -284,12 +280,6 @@ static void test_moe_stream_variants(void)
         moe_case(&x, 17, 4, ROUTE_ONE_HOT, NB_MOE_KERNEL_STREAM, 0, 1 << 30); /* 68 slots: past it */
         moe_case(&x, 120, 8, ROUTE_UNIFORM, NB_MOE_KERNEL_STREAM, 0, 1 << 30); /* 60 per expert, 4-8 tiles */
         moe_case(&big, 2, 2, ROUTE_UNIFORM, NB_MOE_KERNEL_STREAM, 0, 1 << 30); /* K split 4 ways */
-        if (stream_cfgs[c].small == 2) {
-            /* the warp-scheduled kernel's dealt units, chunked pairs and counted units */
-            moe_case(&big, 1, 4, ROUTE_UNIFORM, NB_MOE_KERNEL_STREAM, 0, 1 << 30);
-            moe_case(&big, 8, 4, ROUTE_SKIP, NB_MOE_KERNEL_STREAM, 1, 1 << 30);
-            moe_case(&x, 64, 1, ROUTE_ONE_HOT, NB_MOE_KERNEL_STREAM, 0, 1 << 30); /* 64 tokens, mostly one expert */
-        }
     }
     nb_moe_stream_set(-1, 0, 0, 0);
     experts_free(&x);

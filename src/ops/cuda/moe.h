@@ -194,8 +194,7 @@ const char *nb_moe_kernel_name(nb_moe_kernel k);
 /* The stream kernel's switches for A/B runs and tests (else read once from the environment:
  * NIBBLE_MOE_SMALL, NIBBLE_MOE_NT, and NIBBLE_MOE_STREAM=v1 for the first sessions' path;
  * docs/moe-kernels.md): small = steps of at most 64 slots (tokens x top-k) on the small-step
- * kernel, which routes the ids itself and starts without waiting for the routing kernel (1),
- * or on its warp-scheduled form (2: units of one warp, dealt then counted);
+ * kernel, which routes the ids itself and starts without waiting for the routing kernel;
  * nt = 1 or 2 forces the token fragments per warp (0: by tokens per expert); fast_route = the
  * routing kernel's shuffle scans; loop = the k-group loop (NIBBLE_MOE_STREAM_LOOP: 0 the one
  * before the seventh session, 1 load pointers advanced by constants, 2 that with two k-groups
@@ -204,8 +203,6 @@ const char *nb_moe_kernel_name(nb_moe_kernel k);
 void nb_moe_stream_set(int small, int nt, int fast_route, int loop);
 /* The stream kernel's default k-group loop (above). */
 #define NB_MOE_STREAM_LOOP_DEFAULT 2
-/* The warp-scheduled small-step kernel's units per warp (NIBBLE_MOE_WARP_UNITS). */
-#define NB_MOE_WARP_UNITS 8
 
 /* ---- router ------------------------------------------------------------------------- */
 

@@ -91,11 +91,6 @@ struct moe_ws {
     int *done;       // [max_tiles] gate_up items finished per tile
     uint16_t *act;   // [T*k, inter] BF16, in expert order
     uint16_t *xp;    // [T, hidden] BF16: x with K in wgmma order (the wgmma kernel only)
-    // The warp-scheduled small-step kernel (moe_warp.cu), when the workspace has room for them:
-    int *pdone;      // [tiles][inter / 16] gate_up chunks finished per pair (NULL: none)
-    int pdone_pairs; // inter / 16
-    float *part;     // gate_up chunks' F32 partials
-    size_t part_floats;
 };
 
 
@@ -126,12 +121,6 @@ struct moe_params {
     // ids it routes itself, their number, the experts and the tokens per tile.
     int slots, experts, tile;
     const int32_t *ids;
-    // moe_ffn_warp_kernel only: its pair counters and the gate_up chunks' partials (room for
-    // part_units chunks of 2 * NT * 128 floats: gate and up, NT fragments, 32 lanes x 4).
-    int *pdone;
-    float *part;
-    long long part_units;
-    int warp_units;  // units per warp its chunking aims at (NIBBLE_MOE_WARP_UNITS)
     // moe_wgpc.cu lab switch (NIBBLE_MOE_WG_PC_LAB, timing only, wrong results; 0 elsewhere):
     // bit 0: the producer moves no codes/scales, bit 1: no token rows.
     int pc_lab;
@@ -240,8 +229,5 @@ size_t moe_wg_dyn_smem(int nmax, int a_smem);
 // shapes where moe_wgpc_fits is 0 (inter % 256, hidden % 512).
 nb_status moe_launch_wgpc(const moe_params &p, int nw, int sms, cudaStream_t st);
 int moe_wgpc_fits(int hidden, int inter);
-// The warp-scheduled small-step kernel (moe_warp.cu; p as for moe_ffn_small_kernel plus pdone,
-// part and part_units), with nt = 1 or 2 token fragments per warp, on `sms` multiprocessors.
-nb_status moe_launch_warp(const moe_params &p, int nt, int sms, cudaStream_t st);
 
 #endif

@@ -32,15 +32,7 @@ static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
 static size_t moe_max_tiles(int slots, int experts) { return (size_t)slots / MOE_MIN_TILE + (size_t)experts + 1; }
 
-// The warp-scheduled small-step kernel's partials: up to 3 Mi floats (12 MiB; 12288 gate_up
-// chunks at 8-token tiles: 1024 pairs x 12 chunks at 1 token of GLM-5).
-#define MOE_PART_FLOATS ((size_t)3 << 20)
-
-// The workspace: the regions every kernel needs, then (small steps only, `tail`) the
-// warp-scheduled kernel's pair counters and partials. moe_check requires the first part; the
-// tail is used where the caller's workspace holds it (nb_moe_workspace_bytes asks for it).
-static size_t moe_ws_layout(int experts, int hidden, int inter, int tokens, int slots, char *base, moe_ws *ws,
-                            int tail = 0)
+static size_t moe_ws_layout(int experts, int hidden, int inter, int tokens, int slots, char *base, moe_ws *ws)
 {
     size_t off = 0, mt = moe_max_tiles(slots, experts);
 #define MOE_WS_PART(field, type, count)                                                   \
@@ -56,12 +48,6 @@ static size_t moe_ws_layout(int experts, int hidden, int inter, int tokens, int 
     MOE_WS_PART(done, int, mt);
     MOE_WS_PART(act, uint16_t, (size_t)slots * (size_t)inter);
     MOE_WS_PART(xp, uint16_t, (size_t)tokens * (size_t)hidden);
-    if (ws) ws->pdone = NULL, ws->pdone_pairs = inter / 16, ws->part = NULL, ws->part_floats = 0;
-    if (tail && slots <= MOE_SMALL_SLOTS) {
-        MOE_WS_PART(pdone, int, mt * (size_t)(inter / 16));
-        MOE_WS_PART(part, float, MOE_PART_FLOATS);
-        if (ws) ws->part_floats = MOE_PART_FLOATS;
-    }
 #undef MOE_WS_PART
     return off;
 }
@@ -137,8 +123,6 @@ __global__ void __launch_bounds__(1024) moe_route_kernel(const int32_t *ids, int
         *ws.n_tiles = tsc[tid];
     }
     __syncthreads();
-    if (ws.pdone)  // the warp-scheduled kernel's pair counters
-        for (int i = tid; i < tsc[MOE_MAX_EXPERTS - 1] * ws.pdone_pairs; i += blockDim.x) ws.pdone[i] = 0;
     for (int i = tid; i < slots; i += blockDim.x) {
         int e = ids ? ids[i] : 0;
         if (e >= 0 && e < experts) ws.sorted[atomicAdd(&cur[e], 1)] = i;
@@ -462,7 +446,7 @@ __global__ void __launch_bounds__(MOE_THREADS, MOE_MIN_BLOCKS(NT)) moe_ffn_small
 
 extern "C" size_t nb_moe_workspace_bytes(const nb_moe_weights_dev *w, int tokens, int topk)
 {
-    return moe_ws_layout(w->experts, w->hidden, w->inter, tokens, tokens * topk, NULL, NULL, 1);
+    return moe_ws_layout(w->experts, w->hidden, w->inter, tokens, tokens * topk, NULL, NULL);
 }
 
 extern "C" const char *nb_moe_kernel_name(nb_moe_kernel k)
@@ -525,15 +509,14 @@ static int moe_k_split(int tokens, int topk, int experts, int pairs, int down)
 // The stream kernel's switches, read once from the environment (A/B runs of one binary):
 //   NIBBLE_MOE_STREAM=v1  the first sessions' stream path: the routing kernel's shared-memory
 //                         scans, no small-step kernel;
-//   NIBBLE_MOE_SMALL=0|1|2  steps of at most MOE_SMALL_SLOTS slots on moe_ffn_small_kernel
-//                         (1, default) or the warp-scheduled moe_ffn_warp_kernel (2, moe_warp.cu);
+//   NIBBLE_MOE_SMALL=0|1  steps of at most MOE_SMALL_SLOTS slots on moe_ffn_small_kernel
+//                         (default 1);
 //   NIBBLE_MOE_NT=1|2     token fragments per warp (8- or 16-token tiles), whatever the step;
 //   NIBBLE_MOE_STREAM_LOOP=0|1|2  the k-group loop (moe_item): 0 the loop before the seventh
 //                         session, 1 load pointers advanced by constants, 2 that with two
-//                         k-groups per trip and no zero rows (default NB_MOE_STREAM_LOOP_DEFAULT);
-//   NIBBLE_MOE_WARP_UNITS=N  the warp-scheduled kernel's units per warp (its chunking; default 8).
+//                         k-groups per trip and no zero rows (default NB_MOE_STREAM_LOOP_DEFAULT).
 typedef struct {
-    int nt, fast_route, small, loop, warp_units;
+    int nt, fast_route, small, loop;
 } moe_stream_cfg;
 
 static int moe_env_int(const char *name, int def, int lo, int hi)
@@ -559,7 +542,6 @@ extern "C" void nb_moe_stream_set(int small, int nt, int fast_route, int loop)
         return;
     }
     moe_cfg.small = small, moe_cfg.nt = nt, moe_cfg.fast_route = fast_route, moe_cfg.loop = loop;
-    moe_cfg.warp_units = NB_MOE_WARP_UNITS;
     moe_cfg_init = 1;
 }
 
@@ -569,14 +551,13 @@ static const moe_stream_cfg *moe_stream_config(void)
     if (!moe_cfg_init) {
         const char *v = getenv("NIBBLE_MOE_STREAM");
         const int v1 = v && !strcmp(v, "v1");
-        c.small = moe_env_int("NIBBLE_MOE_SMALL", v1 ? 0 : 1, 0, 2);
+        c.small = moe_env_int("NIBBLE_MOE_SMALL", v1 ? 0 : 1, 0, 1);
         c.nt = moe_env_int("NIBBLE_MOE_NT", 0, 0, 2);
         c.fast_route = !v1;
         c.loop = moe_env_int("NIBBLE_MOE_STREAM_LOOP", NB_MOE_STREAM_LOOP_DEFAULT, 0, 2);
-        c.warp_units = moe_env_int("NIBBLE_MOE_WARP_UNITS", NB_MOE_WARP_UNITS, 1, 64);
         moe_cfg_init = 1;
-        NB_LOG_DEBUG("cuda", "moe stream kernel: small-step kernel %d, NT %d, fast route %d, k-group loop %d, %d units per warp",
-                     c.small, c.nt, c.fast_route, c.loop, c.warp_units);
+        NB_LOG_DEBUG("cuda", "moe stream kernel: small-step kernel %d, NT %d, fast route %d, k-group loop %d", c.small,
+                     c.nt, c.fast_route, c.loop);
     }
     return &c;
 }
@@ -726,20 +707,13 @@ static nb_status moe_forward_impl(const nb_moe_weights_dev *w, const nb_moe_desc
 {
     NB_TRY(moe_check(w, d, topk));
     if (!d->tokens) return NB_OK;
+    moe_ws ws;
+    moe_ws_layout(w->experts, w->hidden, w->inter, d->tokens, d->tokens * topk, (char *)d->workspace, &ws);
     nb_moe_kernel k = d->kernel != NB_MOE_KERNEL_AUTO
                           ? d->kernel
                           : nb_moe_pick_kernel(d->tokens, topk, w->experts, w->hidden, w->inter, moe_sm_arch());
     const int nt = moe_nt(k, (double)d->tokens * topk / w->experts, d->tokens * topk, w->hidden, w->inter);
     const moe_stream_cfg *cfg = moe_stream_config();
-    // The small-step kernels (at most MOE_SMALL_SLOTS slots, 8- or 16-token tiles): 1
-    // moe_ffn_small_kernel, 2 the warp-scheduled one where the workspace holds its tail.
-    int small = 0;
-    if (k == NB_MOE_KERNEL_STREAM && d->tokens * topk <= MOE_SMALL_SLOTS && nt <= 2) small = cfg->small;
-    if (small == 2 &&
-        d->workspace_bytes < moe_ws_layout(w->experts, w->hidden, w->inter, d->tokens, d->tokens * topk, NULL, NULL, 1))
-        small = 1;
-    moe_ws ws;
-    moe_ws_layout(w->experts, w->hidden, w->inter, d->tokens, d->tokens * topk, (char *)d->workspace, &ws, small == 2);
     // A plain launch, never a programmatic (PDL) one: moe_ffn_small_kernel reads the ids before
     // its griddepcontrol.wait, relying on this kernel starting only once their producer is done.
     moe_route_kernel<<<1, 1024, 0, st>>>(d->ids, d->tokens * topk, w->experts, 8 * nt, ws, cfg->fast_route);
@@ -754,14 +728,13 @@ static nb_status moe_forward_impl(const nb_moe_weights_dev *w, const nb_moe_desc
     p.ks_gu = moe_k_split(d->tokens, topk, w->experts, w->inter / 16, 0);
     p.ks_dn = moe_k_split(d->tokens, topk, w->experts, w->hidden / 32, 1);
     if (nt >= NB_MOE_NT_MMA) p.ks_gu = p.ks_dn = 1;  // the mma kernel stages tokens per block
-    if (small) p.ids = d->ids, p.slots = d->tokens * topk, p.experts = w->experts, p.tile = 8 * nt;
-    NB_LOG_DEBUG("cuda", "moe: %s kernel%s, %d-token tiles, K split gate_up %d / down %d", nb_moe_kernel_name(k),
-                 small == 2 ? " (small-step, per warp)" : small ? " (small-step)" : "", 8 * nt, p.ks_gu, p.ks_dn);
-    if (small == 2) {
-        p.pdone = ws.pdone, p.part = ws.part, p.part_units = (long long)(ws.part_floats / (2 * nt * 128));
-        p.warp_units = cfg->warp_units;
-        return moe_launch_warp(p, nt, moe_sm_count(), st);
+    int small = 0;                                    // moe_ffn_small_kernel
+    if (k == NB_MOE_KERNEL_STREAM && d->tokens * topk <= MOE_SMALL_SLOTS && cfg->small) {
+        small = 1;
+        p.ids = d->ids, p.slots = d->tokens * topk, p.experts = w->experts, p.tile = 8 * nt;
     }
+    NB_LOG_DEBUG("cuda", "moe: %s kernel%s, %d-token tiles, K split gate_up %d / down %d", nb_moe_kernel_name(k),
+                 small ? " (small-step)" : "", 8 * nt, p.ks_gu, p.ks_dn);
     if (k == NB_MOE_KERNEL_WGMMA) {
         p.xp = ws.xp, p.xpw = ws.xp, p.tokens = d->tokens;
         return moe_launch_wg(p, 8 * nt, (double)d->tokens * topk / w->experts, moe_sm_count(), st);
