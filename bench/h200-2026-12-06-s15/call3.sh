@@ -1,6 +1,7 @@
 #!/bin/bash
-# Fifteenth session, call 3 (call 2 never started: no machine came): the warp-scheduled small-step
-# kernel (NIBBLE_MOE_SMALL=2, src/ops/cuda/moe_warp.cu) judged and checked in one call.
+# Fifteenth session, call 3 (prepared, never run: every machine start was refused): the
+# warp-scheduled small-step kernel (NIBBLE_MOE_SMALL=2, bench/lab/moe-warp.patch applied) judged
+# and checked in one call.
 #  1. bench-moe at 1-8 tokens: the block-item kernel (SMALL=1, the default) against the warp
 #     kernel (SMALL=2, and at 4 / 16 units per warp), interleaved in one process; standalone build
 #     (.abin/s15a.tar.xz, scripts/moe-standalone-build.sh, the same kernels as build/).

@@ -1,9 +1,10 @@
 #!/bin/bash
-# Fifteenth session, call 4 (calls 2-3 never got a machine; 380 s of device time left): the
-# decisive part of call3.sh only. bench-moe at 1-8 tokens, the block-item small-step kernel
-# (NIBBLE_MOE_SMALL=1, the default) against the warp-scheduled one (SMALL=2, and at 4 / 16 units
-# per warp), interleaved in one process; then test_cuda_moe moe_stream_variants (its GPU rows).
-# Standalone build of the tree (.abin/s15a.tar.xz, scripts/moe-standalone-build.sh).
+# Fifteenth session, call 4 (prepared, never run: every machine start was refused; it needs
+# bench/lab/moe-warp.patch applied, see bench/lab/README.md): the decisive part of call3.sh only.
+# bench-moe at 1-8 tokens, the block-item small-step kernel (NIBBLE_MOE_SMALL=1, the default)
+# against the warp-scheduled one (SMALL=2, and at 4 / 16 units per warp), interleaved in one
+# process; then test_cuda_moe moe_stream_variants (its GPU rows). Standalone build of the
+# patched tree (.abin/s15a.tar.xz, scripts/moe-standalone-build.sh).
 set -u
 T0=$(date +%s)
 xz -dc .abin/s15a.tar.xz | tar -xf -
