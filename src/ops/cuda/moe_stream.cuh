@@ -1,7 +1,8 @@
 // Device helpers of the stream and mma MoE kernels (moe_ffn.cu: moe_ffn_kernel,
-// moe_ffn_small_kernel; moe_warp.cu: moe_ffn_warp_kernel): the m16n8k16 multiply of one k-group
-// of two 16-row weight tiles against NT token fragments, the token fragment loads, the mma
-// regime's token staging, and the small-step kernels' own routing. Include from .cu files only.
+// moe_ffn_small_kernel; bench/lab/moe-warp.patch's moe_ffn_warp_kernel too): the m16n8k16
+// multiply of one k-group of two 16-row weight tiles against NT token fragments, the token
+// fragment loads, the mma regime's token staging, and the small-step kernel's own routing.
+// Include from .cu files only.
 // Exercised by tests/cuda_moe/test_moe.c (kernels "stream" and "mma", moe_stream_variants).
 #ifndef NB_OPS_CUDA_MOE_STREAM_CUH
 #define NB_OPS_CUDA_MOE_STREAM_CUH
