@@ -511,57 +511,30 @@ __global__ void k_wgmma(int iters, uint32_t mul, float *out, long long *cyc)
                 wg_commit();
                 wg_wait<1>();
             }
-        } else if constexpr (V == V_RSE || V == V_RSE2) {
+        } else if constexpr (V == V_RSE || V == V_RSE2 || V == V_RSED4 || V == V_RSEB2) {
             // the MoE kernels' real expansion (ops/cuda/moe_dev.h) of a new word of 8 codes
             // per A set and k-step (one IMAD stands in for the kernel's load of the word);
             // rse2: two A sets and two accumulators per k-step, as the gate/up wgmma kernel
             uint32_t sg, sg8, tg, tg8;
             expand_scales(wsc ^ (uint32_t)it, sg, sg8);
             if constexpr (V == V_RSE2) expand_scales(wsc ^ (uint32_t)it ^ 0x0101u, tg, tg8);
+            if constexpr (V == V_RSE || V == V_RSE2) {
 #pragma unroll
-            for (int s = 0; s < 4; s++) {
-                wa = wa * 1664525u + 1013904223u;
-                expand_codes(wa, sg, sg8, a[s & 1]);
-                if constexpr (V == V_RSE2) {
-                    wb = wb * 1664525u + 1013904223u;
-                    expand_codes(wb, tg, tg8, b2[s & 1]);
+                for (int s = 0; s < 4; s++) {
+                    wa = wa * 1664525u + 1013904223u;
+                    expand_codes(wa, sg, sg8, a[s & 1]);
+                    if constexpr (V == V_RSE2) {
+                        wb = wb * 1664525u + 1013904223u;
+                        expand_codes(wb, tg, tg8, b2[s & 1]);
+                    }
+                    wg_fence();
+                    wg_op<N>::rs(d, a[s & 1], bd[s]);
+                    if constexpr (V == V_RSE2) wg_op<N>::rs(e, b2[s & 1], bd[s]);
+                    wg_commit();
+                    wg_wait<1>();
                 }
-                wg_fence();
-                wg_op<N>::rs(d, a[s & 1], bd[s]);
-                if constexpr (V == V_RSE2) wg_op<N>::rs(e, b2[s & 1], bd[s]);
-                wg_commit();
-                wg_wait<1>();
-            }
-        } else if constexpr (V == V_RSE3 || V == V_RSE4) {
-            // rse2 with the codes of the k-tile read from shared memory (one 16-byte word per
-            // row tile and lane, as the wgmma MoE kernel's ring stages hold them) and both
-            // scale words expanded per k-tile; rse4: plus a block barrier every 2 k-tiles
-            // (the 16-warp kernel's __syncthreads per 128-wide slice)
-            const uint4 ca = cw[(it & 1) * 2 * blockDim.x + tid], cb = cw[(it & 1) * 2 * blockDim.x + blockDim.x + tid];
-            uint32_t sg, sg8, tg, tg8;
-            expand_scales(ca.x >> 16 ^ (uint32_t)it, sg, sg8);
-            expand_scales(cb.x >> 16 ^ (uint32_t)it, tg, tg8);
-            const uint32_t wwa[4] = {ca.x, ca.y, ca.z, ca.w}, wwb[4] = {cb.x, cb.y, cb.z, cb.w};
-#pragma unroll
-            for (int s = 0; s < 4; s++) {
-                expand_codes(wwa[s], sg, sg8, a[s & 1]);
-                expand_codes(wwb[s], tg, tg8, b2[s & 1]);
-                wg_fence();
-                wg_op<N>::rs(d, a[s & 1], bd[s]);
-                wg_op<N>::rs(e, b2[s & 1], bd[s]);
-                wg_commit();
-                wg_wait<1>();
-            }
-            if constexpr (V == V_RSE4)
-                if (it & 1) __syncthreads();
-        } else if constexpr (V == V_RSED4 || V == V_RSEB2) {
-            // rse with a deeper A ring: four sets. rsed4: fence, wgmma, commit per k-step and
-            // wait_group 3 (set s was last read four k-steps back); rseb2: k-steps in pairs,
-            // both expanded before one fence, two wgmmas, one commit, wait_group 1 (set s was
-            // last read by the group before the previous one)
-            uint32_t sg, sg8;
-            expand_scales(wsc ^ (uint32_t)it, sg, sg8);
-            if constexpr (V == V_RSED4) {
+            } else if constexpr (V == V_RSED4) {
+                // a deeper A ring: four sets, wait_group 3 (set s was last read four k-steps back)
 #pragma unroll
                 for (int s = 0; s < 4; s++) {
                     wa = wa * 1664525u + 1013904223u;
@@ -572,6 +545,8 @@ __global__ void k_wgmma(int iters, uint32_t mul, float *out, long long *cyc)
                     wg_wait<3>();
                 }
             } else {
+                // rseb2: k-steps in pairs, both expanded before one fence, two wgmmas, one
+                // commit, wait_group 1 (set s was last read by the group before the previous one)
 #pragma unroll
                 for (int s = 0; s < 4; s += 2) {
                     wa = wa * 1664525u + 1013904223u;
@@ -585,16 +560,31 @@ __global__ void k_wgmma(int iters, uint32_t mul, float *out, long long *cyc)
                     wg_wait<1>();
                 }
             }
-        } else if constexpr (V == V_RSE3D4 || V == V_RSE3B2) {
-            // rse3 (two row tiles, codes from shared memory, scales per k-tile) with four A
-            // sets per tile: rse3d4 one k-step per group and wait_group 3, rse3b2 two k-steps
-            // per group and wait_group 1
+        } else if constexpr (V == V_RSE3 || V == V_RSE4 || V == V_RSE3D4 || V == V_RSE3B2) {
+            // rse2 with the codes of the k-tile read from shared memory (one 16-byte word per
+            // row tile and lane, as the wgmma MoE kernel's ring stages hold them) and both
+            // scale words expanded per k-tile; rse4: plus a block barrier every 2 k-tiles
+            // (the 16-warp kernel's __syncthreads per 128-wide slice); rse3d4 / rse3b2: four
+            // A sets per tile, one k-step per group and wait_group 3 / two per group, wait 1
             const uint4 ca = cw[(it & 1) * 2 * blockDim.x + tid], cb = cw[(it & 1) * 2 * blockDim.x + blockDim.x + tid];
             uint32_t sg, sg8, tg, tg8;
             expand_scales(ca.x >> 16 ^ (uint32_t)it, sg, sg8);
             expand_scales(cb.x >> 16 ^ (uint32_t)it, tg, tg8);
             const uint32_t wwa[4] = {ca.x, ca.y, ca.z, ca.w}, wwb[4] = {cb.x, cb.y, cb.z, cb.w};
-            if constexpr (V == V_RSE3D4) {
+            if constexpr (V == V_RSE3 || V == V_RSE4) {
+#pragma unroll
+                for (int s = 0; s < 4; s++) {
+                    expand_codes(wwa[s], sg, sg8, a[s & 1]);
+                    expand_codes(wwb[s], tg, tg8, b2[s & 1]);
+                    wg_fence();
+                    wg_op<N>::rs(d, a[s & 1], bd[s]);
+                    wg_op<N>::rs(e, b2[s & 1], bd[s]);
+                    wg_commit();
+                    wg_wait<1>();
+                }
+                if constexpr (V == V_RSE4)
+                    if (it & 1) __syncthreads();
+            } else if constexpr (V == V_RSE3D4) {
 #pragma unroll
                 for (int s = 0; s < 4; s++) {
                     expand_codes(wwa[s], sg, sg8, a[s]);
@@ -756,6 +746,16 @@ static void part1(void)
         for (int b = 4096; b <= 32768; b *= 2) case_bulk(bps, b);
 }
 
+// The median over SMs of the last run's clock64 cycles (one value per block, one block per SM).
+static double sm_cycles(const long long *cyc)
+{
+    long long h[1024];
+    float hc[1024];
+    CK(cudaMemcpy(h, cyc, (size_t)g_sms * sizeof(long long), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < g_sms; i++) hc[i] = (float)h[i];
+    return median(hc, g_sms);
+}
+
 template <int N, int V>
 static void case_wgmma(int wgs, long long *cyc)
 {
@@ -778,11 +778,7 @@ static void case_wgmma(int wgs, long long *cyc)
     float ms;
     // mul = 1.0 in both BF16 halves: rsx's A values stay what they were
     TIME_MEDIAN(ms, (k_wgmma<N, V><<<g_sms, threads, WG_SMEM>>>(WG_ITERS(N), 0x3F803F80u, (float *)g_out, cyc)));
-    long long h[1024];
-    float hc[1024];
-    CK(cudaMemcpy(h, cyc, (size_t)g_sms * sizeof(long long), cudaMemcpyDeviceToHost));  // the last run's
-    for (int i = 0; i < g_sms; i++) hc[i] = (float)h[i];
-    const double cycles = median(hc, g_sms), n_wg = (double)WG_ITERS(N) * 4 * wgs * (v_x2(V) && V != V_SS4X2 ? 2 : 1);  // per SM
+    const double cycles = sm_cycles(cyc), n_wg = (double)WG_ITERS(N) * 4 * wgs * (v_x2(V) && V != V_SS4X2 ? 2 : 1);  // per SM
     const double flop = 2.0 * 64 * N * 16 * n_wg * g_sms;
     const double cpw = cycles / n_wg, tflops = flop / (ms * 1e-3) / 1e12;
     printf("%-6s %4d %3d %5d %9.2f %6.1f %7.2f %8.1f %6.1f%% %6.3f\n", v_name[V], N, wgs, fa.numRegs, cpw, N / 2.0,
@@ -931,13 +927,8 @@ static void case_swp(long long *cyc)
     set_smem(f, SW_SMEM);
     float ms;
     TIME_MEDIAN(ms, (k_swp<CW, PW, EXP, TOK><<<g_sms, threads, SW_SMEM>>>(stages, (float *)g_out, cyc)));
-    long long h[1024];
-    float hc[1024];
-    CK(cudaMemcpy(h, cyc, (size_t)g_sms * sizeof(long long), cudaMemcpyDeviceToHost));
-    for (int i = 0; i < g_sms; i++) hc[i] = (float)h[i];
-    const double cycles = median(hc, g_sms), cps = cycles / stages;
+    const double cycles = sm_cycles(cyc), cps = cycles / stages;
     const double flop = 2.0 * 64 * 256 * 64 * (double)stages * g_sms, tflops = flop / (ms * 1e-3) / 1e12;
-    // weights expanded per second: 256 x 64 per stage
     printf("swp CW%d PW%d exp%d tok%d regs=%3d  %8.1f cyc/stage  ratio %5.2f  %7.1f TFLOP/s  %5.1f%%990  %6.3f GHz\n", CW, PW,
            EXP, TOK, fa.numRegs, cps, cps / 512.0, tflops, 100.0 * tflops / 990.0, cycles / (ms * 1e-3) / 1e9);
 }
