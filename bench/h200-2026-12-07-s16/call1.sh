@@ -36,4 +36,17 @@ echo "[$(($(date +%s) - T0)) s]"
 NIBBLE_BENCH_MOE_VARIANTS="NIBBLE_MOE_SMALL=1 NIBBLE_MOE_SMALL=2" timeout 30 ./nibble bench-moe --tokens 1,8 --routing zipf \
   --iters 20 > $OUT/x/zipf.log 2>&1; echo "zipf rc=$?"; grep -E "^ +[0-9]" $OUT/x/zipf.log
 echo "[$(($(date +%s) - T0)) s]"
+# 6. if time is left: the 256-token layer's L1 / L2 traffic by source (Nsight Compute's memory
+#    tables, raw metrics as CSV): what is left in L2 besides the weights (priority 2 of docs/NEXT.md)
+if [ $(($(date +%s) - T0)) -lt 500 ]; then
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  timeout $((585 - $(date +%s) + T0)) $NCU --clock-control none -k "regex:moe_ffn_kernel" -s 2 -c 1 \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis_Tables -o $OUT/x/n256 -f ./nibble bench-moe --tokens 256 --iters 5 \
+    > $OUT/x/n256-run.log 2>&1; echo "ncu rc=$?"
+  $NCU --import $OUT/x/n256.ncu-rep --page raw --csv 2>&1 | xz -c > $OUT/x/n256-raw.csv.xz
+  $NCU --import $OUT/x/n256.ncu-rep --page details --print-details all > $OUT/x/n256-details.txt 2>&1
+  grep -E "Duration|DRAM Throughput|L2 Hit|L1/TEX Hit|L2 Cache Throughput" $OUT/x/n256-details.txt | head -8
+  rm -f $OUT/x/n256.ncu-rep
+fi
+echo "[$(($(date +%s) - T0)) s]"
 ls -la $OUT/x
