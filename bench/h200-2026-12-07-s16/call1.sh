@@ -1,5 +1,5 @@
 #!/bin/bash
-# Sixteenth session, call 1: the fifteenth session's call3.sh with its timeouts cut to fit one 600 s call: the
+# Sixteenth session, call 1: the fifteenth session's call3.sh with its timeouts cut to fit one 450 s call: the
 # warp-scheduled small-step kernel (NIBBLE_MOE_SMALL=2, bench/lab/moe-warp.patch applied) judged
 # and checked in one call.
 #  1. bench-moe at 1-8 tokens: the block-item kernel (SMALL=1, the default) against the warp
@@ -38,9 +38,9 @@ NIBBLE_BENCH_MOE_VARIANTS="NIBBLE_MOE_SMALL=1 NIBBLE_MOE_SMALL=2" timeout 30 ./n
 echo "[$(($(date +%s) - T0)) s]"
 # 6. if time is left: the 256-token layer's L1 / L2 traffic by source (Nsight Compute's memory
 #    tables, raw metrics as CSV): what is left in L2 besides the weights (priority 2 of docs/NEXT.md)
-if [ $(($(date +%s) - T0)) -lt 500 ]; then
+if [ $(($(date +%s) - T0)) -lt 360 ]; then
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-  timeout $((585 - $(date +%s) + T0)) $NCU --clock-control none -k "regex:moe_ffn_kernel" -s 2 -c 1 \
+  timeout $((435 - $(date +%s) + T0)) $NCU --clock-control none -k "regex:moe_ffn_kernel" -s 2 -c 1 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis_Tables -o $OUT/x/n256 -f ./nibble bench-moe --tokens 256 --iters 5 \
     > $OUT/x/n256-run.log 2>&1; echo "ncu rc=$?"
   $NCU --import $OUT/x/n256.ncu-rep --page raw --csv 2>&1 | xz -c > $OUT/x/n256-raw.csv.xz
