@@ -318,7 +318,8 @@ static void wg_env_clear(void)
     static const char *const names[] = {"NIBBLE_MOE_WG",    "NIBBLE_MOE_WG_A", "NIBBLE_MOE_WG_N",
                                         "NIBBLE_MOE_WG_NS", "NIBBLE_MOE_WG_D", "NIBBLE_MOE_WG_C",
                                         "NIBBLE_MOE_WG_W",  "NIBBLE_MOE_WG_LEAN", "NIBBLE_MOE_WG_N8",
-                                        "NIBBLE_MOE_WG_WIDE", "NIBBLE_MOE_WG_WIDE_MID"};
+                                        "NIBBLE_MOE_WG_WIDE", "NIBBLE_MOE_WG_WIDE_MID",
+                                        "NIBBLE_MOE_WG_MBAR"};
     for (size_t i = 0; i < NB_ARRAY_LEN(names); i++) unsetenv(names[i]);
 }
 
@@ -343,8 +344,18 @@ static void test_moe_wgmma_variants(void)
     experts x, big;
     NB_CHECK(experts_make(&x, 16, 512, 256) == 0);
     NB_CHECK(experts_make(&big, 4, 6144, 2048) == 0);
-    for (size_t c = 0; c < NB_ARRAY_LEN(wg_cfgs); c++) {
+    /* Every row with the ring's block barrier per slice (NIBBLE_MOE_WG_MBAR=0), then the lean
+     * loop's mbarrier ring (the default) where it is built: the 16-warp defaults (N 16 / NS 0,
+     * 32 / 16, 48 / 32). */
+    for (size_t k = 0; k < 2 * NB_ARRAY_LEN(wg_cfgs); k++) {
+        const size_t c = k % NB_ARRAY_LEN(wg_cfgs);
+        const int mb = k >= NB_ARRAY_LEN(wg_cfgs);
+        if (mb && !(!strcmp(wg_cfgs[c].lean, "1") && !strcmp(wg_cfgs[c].w, "16") &&
+                    atoi(wg_cfgs[c].ns) == (atoi(wg_cfgs[c].n) == 16 ? 0 : atoi(wg_cfgs[c].n) - 16)))
+            continue;
         wg_env(c);
+        setenv("NIBBLE_MOE_WG_MBAR", mb ? "1" : "0", 1);
+        if (mb) fprintf(stderr, "  (NIBBLE_MOE_WG_MBAR=1)\n");
         moe_case(&x, 5, 4, ROUTE_UNIFORM, NB_MOE_KERNEL_WGMMA, 0, 1 << 30); /* fills no tile */
         moe_case(&x, 77, 4, ROUTE_ONE_HOT, NB_MOE_KERNEL_WGMMA, 0, 20);     /* ragged last tile */
         moe_case(&x, 40, 4, ROUTE_SKIP, NB_MOE_KERNEL_WGMMA, 1, 16);        /* ids of -1, out += */
@@ -405,7 +416,8 @@ static void test_moe_wgmma_n8(void)
  * tile; then a full tile plus a remainder, an expert's tiles side by
  * side, mixed counts, skipped ids with out +=, GLM-5 shapes (~75 and ~150 per expert: the
  * epilogue's gate/up hand-off at H 6144), 16384 tokens x top-8 (64 tiles per expert), and the
- * ladder's own choice (NIBBLE_MOE_WG_WIDE=1) at ~100 tokens per expert. */
+ * ladder's own choice (NIBBLE_MOE_WG_WIDE=1) at ~100 tokens per expert. x's 2 and 4 slices per
+ * item move the ring's mbarrier phases off the item boundaries. */
 static void test_moe_wgmma_wide(void)
 {
     if (!gpu_or_skip() || !have_wgmma()) return;

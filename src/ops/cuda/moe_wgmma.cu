@@ -359,9 +359,41 @@ __device__ __forceinline__ bool moe_wg_ring_turn(int sl, int slices)
     return false;
 }
 
-template <int N, bool DN, int W>
+// The ring's hand-off by mbarriers instead (MB, bit 4 of the kernel's L: the wide form always,
+// the lean loop's 16-warp defaults unless NIBBLE_MOE_WG_MBAR=0):
+// mbar[s] says stage s is full (W * 32 arrivals: every thread's copies of the slice,
+// cp.async.mbarrier.arrive.noinc), mbar[STAGES + s] that it is empty (W arrivals: each warp once
+// the wgmmas that read the slice have completed, i.e. after the first k-step of the next slice,
+// whose wait leaves only that k-step in flight). Slice g of the block (counted across items, so
+// the phases run on) lives in stage g % STAGES, phase g / STAGES. A warp stages slice g + AHEAD
+// once slice g + AHEAD - STAGES is empty, so it may run up to about a slice ahead of the slowest
+// warp instead of meeting every warp at every slice.
+template <int STAGES>
+__device__ __forceinline__ void moe_mb_wait_empty(uint32_t mb, uint32_t g)
+{
+    wg_mbar_wait(mb + 8u * (STAGES + g % STAGES), ((g / STAGES) & 1u) ^ 1u);  // a fresh barrier passes parity 1
+}
+template <int STAGES>
+__device__ __forceinline__ void moe_mb_filled(uint32_t mb, uint32_t g)
+{
+    wg_mbar_cp_arrive(mb + 8u * (g % STAGES));
+}
+template <int STAGES>
+__device__ __forceinline__ void moe_mb_wait_full(uint32_t mb, uint32_t g)
+{
+    wg_mbar_wait(mb + 8u * (g % STAGES), (g / STAGES) & 1u);
+    fence_proxy_async();  // the slice came by cp.async (generic proxy); wgmma reads it
+}
+template <int STAGES>
+__device__ __forceinline__ void moe_mb_release(uint32_t mb, uint32_t g)
+{
+    __syncwarp();  // every lane's reads of the stage are done
+    if ((threadIdx.x & 31) == 0) wg_mbar_arrive(mb + 8u * (STAGES + g % STAGES));
+}
+
+template <int N, bool DN, int W, bool MB>
 __device__ __forceinline__ void moe_wg_item_lean(const moe_params &p, char *ring, const long long *row, int e,
-                                                 int start, int cnt, int rb)
+                                                 int start, int cnt, int rb, uint64_t *mbar, uint32_t &gsl)
 {
 #if MOE_WG_ARCH
     constexpr int STAGES = MOE_WG_RING(0, W), AHEAD = STAGES - 2, SB = MOE_WG_STAGE_BYTES(N, W);
@@ -390,13 +422,19 @@ __device__ __forceinline__ void moe_wg_item_lean(const moe_params &p, char *ring
 #pragma unroll
     for (int i = 0; i < N / 2; i++) da[i] = db[i] = 0.0f;
     uint32_t ar[2][4], br[2][4];
+    const uint32_t mb = MB ? (uint32_t)__cvta_generic_to_shared(mbar) : 0u, g0 = gsl;
 
 #pragma unroll
     for (int i = 0; i < AHEAD; i++) {
-        if (i < slices)
+        if (MB && i < slices) {
+            moe_mb_wait_empty<STAGES>(mb, g0 + i);
+            moe_wg_lean_stage<N, W, TM>(pl, ring_s + (g0 + i) % STAGES * SB, (i & 1) == 0, (i & 1) == 1);
+            moe_mb_filled<STAGES>(mb, g0 + i);
+        } else if (i < slices) {
             moe_wg_lean_stage<N, W, TM>(pl, ring_s + i * SB, (i & 1) == 0, (i & 1) == 1);
-        else
+        } else if (!MB) {
             cp_async_commit();
+        }
     }
 #pragma unroll 1
     for (int sl0 = 0; sl0 < slices; sl0 += 2) {
@@ -404,10 +442,23 @@ __device__ __forceinline__ void moe_wg_item_lean(const moe_params &p, char *ring
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int sl = sl0 + h;
-            if (moe_wg_ring_turn<AHEAD>(sl, slices))
-                moe_wg_lean_stage<N, W, TM>(pl, ring_s + ((sl + AHEAD) % STAGES) * SB, ((h + AHEAD) & 1) == 0,
-                                            ((h + AHEAD) & 1) == 1);
-            const int sti = sl % STAGES;
+            int sti;
+            if constexpr (MB) {
+                const uint32_t gn = g0 + sl + AHEAD;
+                if (sl + AHEAD < slices) {
+                    moe_mb_wait_empty<STAGES>(mb, gn);
+                    moe_wg_lean_stage<N, W, TM>(pl, ring_s + gn % STAGES * SB, ((h + AHEAD) & 1) == 0,
+                                                ((h + AHEAD) & 1) == 1);
+                    moe_mb_filled<STAGES>(mb, gn);
+                }
+                sti = (int)((g0 + sl) % STAGES);
+                moe_mb_wait_full<STAGES>(mb, g0 + sl);
+            } else {
+                if (moe_wg_ring_turn<AHEAD>(sl, slices))
+                    moe_wg_lean_stage<N, W, TM>(pl, ring_s + ((sl + AHEAD) % STAGES) * SB, ((h + AHEAD) & 1) == 0,
+                                                ((h + AHEAD) & 1) == 1);
+                sti = sl % STAGES;
+            }
             const char *stg = ring + sti * SB;
             if (h == 0) {
                 sca = *(const uint2 *)(stg + MOE_WG_SCALES_OFF(N, W) + warp * 512 + lane * 8);
@@ -439,11 +490,17 @@ __device__ __forceinline__ void moe_wg_item_lean(const moe_params &p, char *ring
                     moe_wg_mma<N>::run(db, br[j][0], br[j][1], br[j][2], br[j][3], desc);
                     wg_commit();
                     wg_wait<1>();
+                    // MB: only this k-step's wgmmas are in flight, slice sl - 1 is done with
+                    if (MB && q == 0 && s == 0 && sl > 0) moe_mb_release<STAGES>(mb, g0 + sl - 1);
                 }
             }
         }
     }
     wg_wait<0>();
+    if constexpr (MB) {
+        moe_mb_release<STAGES>(mb, g0 + slices - 1);
+        gsl = g0 + slices;
+    }
 #pragma unroll
     for (int i = 0; i < N / 2; i++) wg_pin(da[i]), wg_pin(db[i]);
     moe_wg_epilogue<N, DN>(p, da, db, e, start, cnt, pair, moe_wg_tok, moe_wg_rw);
@@ -472,13 +529,14 @@ __device__ __forceinline__ void moe_wg_item_n8(const moe_params &p, char *ring, 
     moe_wg_item<N, DN, AS, D, C, W>(p, ring, abuf, row, tl.x, tl.y, tl.z, rb);
 }
 
-// One item at instruction width N: the lean loop (L = 1) or moe_wg_item's.
+// One item at instruction width N: the lean loop (L = 1, 5 with the mbarrier ring) or
+// moe_wg_item's.
 template <int N, bool DN, int AS, int D, int C, int W, int L>
 __device__ __forceinline__ void moe_wg_item_at(const moe_params &p, char *ring, char *abuf, const long long *row,
-                                               int4 tl, int rb)
+                                               int4 tl, int rb, uint64_t *mbar, uint32_t &gsl)
 {
     if constexpr (L)
-        moe_wg_item_lean<N, DN, W>(p, ring, row, tl.x, tl.y, tl.z, rb);
+        moe_wg_item_lean<N, DN, W, (L & 4) != 0>(p, ring, row, tl.x, tl.y, tl.z, rb, mbar, gsl);
     else
         moe_wg_item<N, DN, AS, D, C, W>(p, ring, abuf, row, tl.x, tl.y, tl.z, rb);
 }
@@ -490,27 +548,29 @@ __device__ __forceinline__ void moe_wg_item_at(const moe_params &p, char *ring, 
 // with four widths it serializes the wgmmas (C7512) at any depth above 2.
 template <bool DN, int AS, int NW, int NS, int D, int C, int W, int L>
 __device__ __forceinline__ void moe_wg_dispatch(const moe_params &p, char *ring, char *abuf, const long long *row,
-                                                int4 tl, int rb)
+                                                int4 tl, int rb, uint64_t *mbar, uint32_t &gsl)
 {
     static_assert(!L || (AS == 0 && D == 2 && C == 1 && NS != -8), "the lean loop is the register path at D 2, C 1");
-    if constexpr (L == 2) {
-        moe_wgw_dispatch<DN, W, NS>(p, ring, row, tl, rb);  // the wide form: widths per tile, NS the middle one
+    if constexpr ((L & 3) == 2) {
+        // the wide form: widths per tile, NS the middle one (always the mbarrier ring)
+        static_assert(L & 4, "the wide form hands its stages over by mbarriers");
+        moe_wgw_dispatch<DN, W, NS>(p, ring, row, tl, rb, mbar, gsl);
     } else if constexpr (NS == -8) {
         moe_wg_item_n8<8, DN, AS, NW, D, C, W>(p, ring, abuf, row, tl, rb);
     } else if constexpr (NS < 0) {
         switch ((tl.z + 15) >> 4) {
-        case 1: moe_wg_item_at<16, DN, AS, D, C, W, L>(p, ring, abuf, row, tl, rb); break;
-        case 2: moe_wg_item_at<32, DN, AS, D, C, W, L>(p, ring, abuf, row, tl, rb); break;
-        case 3: moe_wg_item_at<48, DN, AS, D, C, W, L>(p, ring, abuf, row, tl, rb); break;
-        default: moe_wg_item_at<64, DN, AS, D, C, W, L>(p, ring, abuf, row, tl, rb); break;
+        case 1: moe_wg_item_at<16, DN, AS, D, C, W, L>(p, ring, abuf, row, tl, rb, mbar, gsl); break;
+        case 2: moe_wg_item_at<32, DN, AS, D, C, W, L>(p, ring, abuf, row, tl, rb, mbar, gsl); break;
+        case 3: moe_wg_item_at<48, DN, AS, D, C, W, L>(p, ring, abuf, row, tl, rb, mbar, gsl); break;
+        default: moe_wg_item_at<64, DN, AS, D, C, W, L>(p, ring, abuf, row, tl, rb, mbar, gsl); break;
         }
     } else if constexpr (NS > 0) {
         if (tl.z <= NS)
-            moe_wg_item_at<NS, DN, AS, D, C, W, L>(p, ring, abuf, row, tl, rb);
+            moe_wg_item_at<NS, DN, AS, D, C, W, L>(p, ring, abuf, row, tl, rb, mbar, gsl);
         else
-            moe_wg_item_at<NW, DN, AS, D, C, W, L>(p, ring, abuf, row, tl, rb);
+            moe_wg_item_at<NW, DN, AS, D, C, W, L>(p, ring, abuf, row, tl, rb, mbar, gsl);
     } else {
-        moe_wg_item_at<NW, DN, AS, D, C, W, L>(p, ring, abuf, row, tl, rb);
+        moe_wg_item_at<NW, DN, AS, D, C, W, L>(p, ring, abuf, row, tl, rb, mbar, gsl);
     }
 }
 
@@ -520,25 +580,41 @@ __device__ __forceinline__ void moe_wg_dispatch(const moe_params &p, char *ring,
 // gate_up items wait for all zeroing and permuting items; a down item of tile i also for
 // tile i's gate_up items. The deadlock argument of moe_ffn_kernel holds unchanged (items
 // are taken in order; a block holds its current item and one later one).
+// L: 0 moe_wg_item, 1 the lean loop, 2 the wide form; | 4: the ring's stages handed over by
+// mbarriers (moe_mb_*) instead of a block barrier per slice (5 and 6 are built).
 template <int NMAX, int NS, int AS, int D, int C, int W, int L>
 __global__ void __launch_bounds__(W * 32, 1) moe_wg_kernel(moe_params p)
 {
     extern __shared__ uint4 moe_wg_smem[];
     __shared__ int s_item[2];
     __shared__ long long s_row[NMAX];
+    // L & 4: the ring's full and empty mbarriers (moe_mb_*), and the block's slices so far
+    __shared__ uint64_t s_mbar[L & 4 ? 2 * MOE_WG_RING(0, W) : 1];
+    uint32_t gsl = 0;
     // The swizzle atoms must be 1024-aligned in the shared window.
     char *abuf = (char *)moe_wg_smem;
     abuf += (1024 - ((uint32_t)__cvta_generic_to_shared(abuf) & 1023)) & 1023;
     char *ring = abuf + (AS ? 2 * MOE_WG_ABUF : 0);  // [A buffers (AS)] [ring]
     griddep_wait();
     const int n_tiles = *p.n_tiles;
-    // Items per tile: pairs of 16-row tiles per warp, or one (the wide form, L == 2).
-    const int rb_gu = p.inter / 16 / (L == 2 ? W / 2 : W), rb_dn = p.hidden / (L == 2 ? 16 : 32) / W;
+    // Items per tile: pairs of 16-row tiles per warp, or one (the wide form, L & 3 == 2).
+    constexpr bool WIDE = (L & 3) == 2;
+    const int rb_gu = p.inter / 16 / (WIDE ? W / 2 : W), rb_dn = p.hidden / (WIDE ? 16 : 32) / W;
     const long long n_ktiles = (long long)p.tokens * p.hidden / 64;
     const int n_z = (int)((p.zero_elems + MOE_ZERO_CHUNK - 1) / MOE_ZERO_CHUNK);
     const int n_pre = n_z + (int)((n_ktiles + MOE_WG_PERM_KTILES(W) - 1) / MOE_WG_PERM_KTILES(W));
     const int n_gu = n_tiles * rb_gu, total = n_pre + n_gu + n_tiles * rb_dn;
     if (threadIdx.x == 0) s_item[0] = atomicAdd(p.work, 1);
+#if MOE_WG_ARCH
+    if ((L & 4) && threadIdx.x == 0) {
+        const uint32_t mb = (uint32_t)__cvta_generic_to_shared(s_mbar);
+        for (int i = 0; i < MOE_WG_RING(0, W); i++) {
+            wg_mbar_init(mb + 8u * i, W * 32);                  // full: every thread's copies
+            wg_mbar_init(mb + 8u * (MOE_WG_RING(0, W) + i), W);  // empty: every warp
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+#endif
     __syncthreads();
     for (int it = 0;; it ^= 1) {
         const int item = s_item[it];
@@ -582,9 +658,9 @@ __global__ void __launch_bounds__(W * 32, 1) moe_wg_kernel(moe_params p)
         }
         __syncthreads();
         if (dn) {
-            moe_wg_dispatch<true, AS, NMAX, NS, D, C, W, L>(p, ring, abuf, s_row, tl, rb);
+            moe_wg_dispatch<true, AS, NMAX, NS, D, C, W, L>(p, ring, abuf, s_row, tl, rb, s_mbar, gsl);
         } else {
-            moe_wg_dispatch<false, AS, NMAX, NS, D, C, W, L>(p, ring, abuf, s_row, tl, rb);
+            moe_wg_dispatch<false, AS, NMAX, NS, D, C, W, L>(p, ring, abuf, s_row, tl, rb, s_mbar, gsl);
             if (threadIdx.x == 0) add_release(p.done + ti, 1);
         }
     }
@@ -621,9 +697,9 @@ static nb_status moe_launch_wg_t(const moe_params &p, int sms, cudaStream_t st)
     if ((p.inter / 16) % W || (p.hidden / 32) % W)
         return nb_error(NB_ERR_UNSUPPORTED, "moe: wgmma kernel of %d warps needs inter %% %d == 0 and hidden %% %d == 0 "
                         "(inter %d, hidden %d)", W, 16 * W, 32 * W, p.inter, p.hidden);
-    const size_t dyn = moe_wg_dyn_smem_w(NMAX, AS, W, L == 2);
+    const size_t dyn = moe_wg_dyn_smem_w(NMAX, AS, W, (L & 3) == 2);
     const size_t smem = dyn + sizeof(long long) * NMAX + 2 * sizeof(int) + NB_MOE_WG_COLTAB_BYTES;  // + s_row, s_item
-    NB_ASSERT(smem == (L == 2    ? nb_moe_wgw_smem_total(NMAX)
+    NB_ASSERT(smem == ((L & 3) == 2 ? nb_moe_wgw_smem_total(NMAX)
                        : W == 16 ? nb_moe_wg16_smem_total(NMAX)
                                  : nb_moe_wg_smem_total(NMAX, AS)));
     if (smem > (size_t)optin)
@@ -651,7 +727,8 @@ struct moe_wg_variant {
 };
 #define MOE_WG_V(NW, NS, AS, D, C, W) {NW, NS, AS, D, C, W, 0, moe_launch_wg_t<NW, NS, AS, D, C, W, 0>}
 #define MOE_WG_VL(NW, NS, W) {NW, NS, 0, 2, 1, W, 1, moe_launch_wg_t<NW, NS, 0, 2, 1, W, 1>}
-#define MOE_WG_VW(NW, MID) {NW, MID, 0, 2, 1, 16, 2, moe_launch_wg_t<NW, MID, 0, 2, 1, 16, 2>}
+#define MOE_WG_VLM(NW, NS) {NW, NS, 0, 2, 1, 16, 5, moe_launch_wg_t<NW, NS, 0, 2, 1, 16, 5>}
+#define MOE_WG_VW(NW, MID) {NW, MID, 0, 2, 1, 16, 6, moe_launch_wg_t<NW, MID, 0, 2, 1, 16, 6>}
 static const moe_wg_variant moe_wg_variants[] = {
     MOE_WG_V(64, -1, 0, 2, 1, 8),  MOE_WG_V(64, -1, 1, 2, 1, 8),  // old: registers / shared-memory A
     MOE_WG_V(16, 0, 0, 2, 1, 8),   MOE_WG_V(32, 0, 0, 2, 1, 8),   MOE_WG_V(48, 0, 0, 2, 1, 8),
@@ -669,8 +746,12 @@ static const moe_wg_variant moe_wg_variants[] = {
     MOE_WG_VL(16, 0, 16),  MOE_WG_VL(32, 16, 16), MOE_WG_VL(48, 32, 16), MOE_WG_VL(32, 0, 16),
     MOE_WG_VL(48, 0, 16),  MOE_WG_VL(64, -1, 8),  MOE_WG_VL(16, 0, 8),   MOE_WG_VL(32, 0, 8),
     MOE_WG_VL(48, 0, 8),
+    // The 16-warp defaults with the mbarrier ring (lean 5 = 1 | 4; NIBBLE_MOE_WG_MBAR=0: the rows
+    // above instead).
+    MOE_WG_VLM(16, 0), MOE_WG_VLM(32, 16), MOE_WG_VLM(48, 32),
     // The wide form (moe_wgmma_wide.cuh): one row tile per warp, 128-token tiles, widths per
     // tile n64, n96 or n128 (ns: the middle width), or n64, n80 or n128.
+    // Its ring hands stages over by mbarriers (lean 6 = 2 | 4).
     MOE_WG_VW(NB_MOE_WG_WIDE_TILE, 96), MOE_WG_VW(NB_MOE_WG_WIDE_TILE, 80),
 };
 
@@ -708,6 +789,12 @@ static int moe_wg_pc(void)
 // mean over all experts): measured faster at 64 and 72 (2048 and 2304 tokens of GLM-5), slower
 // at 80 and 96.
 #define MOE_WG_WIDE_MID80 72.0
+// NIBBLE_MOE_WG_MBAR: 1 (the default) the lean loop's ring hands its stages over by mbarriers
+// (moe_mb_*) where that is built, 0 by a block barrier per slice. H100, GLM-5 layer (bench/RESULTS.md,
+// issue 8, seventeenth session): 512 tokens 1 % faster, 1024-1536 even. The wide form always
+// uses them (2048 tokens 5 %, 4096 9 % faster).
+static int moe_wg_mbar(void) { return moe_wg_env_int("NIBBLE_MOE_WG_MBAR", 1) != 0; }
+
 static int moe_wg_wide(void)
 {
     const int v = moe_wg_env_int("NIBBLE_MOE_WG_WIDE", NB_MOE_WG_WIDE_DEFAULT);
@@ -750,7 +837,7 @@ nb_status moe_launch_wg(const moe_params &p, int nmax, double tokens_per_expert,
         // NIBBLE_MOE_WG_WIDE_MID=80|96 forces one (A/B runs).
         const int mid = moe_wg_env_int("NIBBLE_MOE_WG_WIDE_MID", tokens_per_expert <= MOE_WG_WIDE_MID80 ? 80 : 96);
         for (size_t i = 0; i < sizeof moe_wg_variants / sizeof moe_wg_variants[0]; i++)
-            if (moe_wg_variants[i].lean == 2 && moe_wg_variants[i].nw == nw && moe_wg_variants[i].ns == mid)
+            if (moe_wg_variants[i].lean == 6 && moe_wg_variants[i].nw == nw && moe_wg_variants[i].ns == mid)
                 return moe_wg_variants[i].fn(p, sms, st);
         return nb_error(NB_ERR_INVALID_ARG, "moe: NIBBLE_MOE_WG_WIDE_MID=%d: the wide form is built with 80 and 96", mid);
     }
@@ -777,11 +864,15 @@ nb_status moe_launch_wg(const moe_params &p, int nmax, double tokens_per_expert,
     }
     // The lean loop wherever it is built (every default), unless NIBBLE_MOE_WG_LEAN=0 or the
     // second session's kernel is asked for.
+    // The lean loop's mbarrier ring where it is built (the 16-warp defaults) unless
+    // NIBBLE_MOE_WG_MBAR=0, else the lean loop with a block barrier per slice.
     const int lean = !moe_wg_old(&as) && moe_wg_env_int("NIBBLE_MOE_WG_LEAN", 1) != 0;
-    for (int l = lean; l >= 0; l--)
-        for (size_t i = 0; i < sizeof moe_wg_variants / sizeof moe_wg_variants[0]; i++) {
+    const int levels[3] = {lean && moe_wg_mbar() ? 5 : -1, lean ? 1 : -1, 0};
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; levels[k] >= 0 && i < sizeof moe_wg_variants / sizeof moe_wg_variants[0]; i++) {
             const moe_wg_variant *v = &moe_wg_variants[i];
-            if (v->nw == nw && v->ns == ns && v->as == as && v->d == d && v->c == c && v->w == w && v->lean == l)
+            if (v->nw == nw && v->ns == ns && v->as == as && v->d == d && v->c == c && v->w == w &&
+                v->lean == levels[k])
                 return v->fn(p, sms, st);
         }
     return nb_error(NB_ERR_INVALID_ARG,

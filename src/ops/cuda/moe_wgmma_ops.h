@@ -61,6 +61,22 @@ __device__ __forceinline__ void wg_mbar_wait(uint32_t a, uint32_t parity)
     } while (!ok);
 }
 
+__device__ __forceinline__ void wg_mbar_init(uint32_t a, int count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(a), "r"(count) : "memory");
+}
+// One arrival (release, CTA scope).
+__device__ __forceinline__ void wg_mbar_arrive(uint32_t a)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(a) : "memory");
+}
+// One arrival once every cp.async this thread has issued so far has landed (counted in the
+// barrier's expected arrivals: .noinc).
+__device__ __forceinline__ void wg_mbar_cp_arrive(uint32_t a)
+{
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(a) : "memory");
+}
+
 // Position of real k (0..63 inside a k-tile) in wgmma order.
 __device__ __forceinline__ int wg_pos64(int x)
 {

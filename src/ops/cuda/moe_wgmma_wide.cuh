@@ -14,9 +14,12 @@
 // Rows: a gate_up item is 8 intermediate tiles (warps 2i and 2i + 1: the gate and the up
 // tile of intermediate tile 8 rb + i); the two halves meet in the epilogue through shared
 // memory (the ring, idle by then). A down item is 16 tiles of W2 (256 output rows). The ring
-// and its wait discipline are the lean loop's (moe_wg_item_lean), with a stage of the token
+// and its stage order are the lean loop's (moe_wg_item_lean), with a stage of the token
 // slice, each warp's codes of its one tile (2 k-tiles x 512 B) and its k-group's scales
 // (256 B, copied by the group's first slice).
+// The ring hands its stages over by mbarriers (moe_wgmma.cu, moe_mb_*), not by a block barrier
+// per slice (5-9 % faster at 2048-4096 tokens; bench/RESULTS.md, issue 8, seventeenth session);
+// the item boundaries keep their block barriers.
 // Included by moe_wgmma.cu only (it needs that file's MOE_WG_ARCH, moe_wg_rows, moe_wg_ring_turn and
 // the column table).
 #ifndef NB_OPS_CUDA_MOE_WGMMA_WIDE_CUH
@@ -132,7 +135,8 @@ __device__ __forceinline__ void moe_wgw_epilogue(const moe_params &p, const floa
 // One item at instruction width N (>= the tile's cnt tokens), accumulating in dall's first N/2.
 template <int N, bool DN, int W>
 __device__ __forceinline__ void moe_wgw_item(const moe_params &p, char *ring, const long long *row, int e, int start,
-                                             int cnt, int rb, float (&dall)[NB_MOE_WG_WIDE_TILE / 2])
+                                             int cnt, int rb, float (&dall)[NB_MOE_WG_WIDE_TILE / 2], uint64_t *mbar,
+                                             uint32_t &gsl)
 {
 #if MOE_WG_ARCH
     static_assert(W == 16, "the wide form is the 16-warp kernel's");
@@ -167,12 +171,14 @@ __device__ __forceinline__ void moe_wgw_item(const moe_params &p, char *ring, co
     for (int i = 0; i < N / 2; i++) d[i] = 0.0f;
     uint32_t ar[2][4];
 
+    const uint32_t mb = (uint32_t)__cvta_generic_to_shared(mbar), g0 = gsl;
 #pragma unroll
     for (int i = 0; i < AHEAD; i++) {
-        if (i < slices)
-            moe_wgw_stage<N, W, TM>(pl, ring_s + i * SB, (i & 1) == 0, (i & 1) == 1);
-        else
-            cp_async_commit();
+        if (i < slices) {
+            moe_mb_wait_empty<STAGES>(mb, g0 + i);
+            moe_wgw_stage<N, W, TM>(pl, ring_s + (g0 + i) % STAGES * SB, (i & 1) == 0, (i & 1) == 1);
+            moe_mb_filled<STAGES>(mb, g0 + i);
+        }
     }
 #pragma unroll 1
     for (int sl0 = 0; sl0 < slices; sl0 += 2) {
@@ -180,10 +186,15 @@ __device__ __forceinline__ void moe_wgw_item(const moe_params &p, char *ring, co
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int sl = sl0 + h;
-            if (moe_wg_ring_turn<AHEAD>(sl, slices))
-                moe_wgw_stage<N, W, TM>(pl, ring_s + ((sl + AHEAD) % STAGES) * SB, ((h + AHEAD) & 1) == 0,
+            const uint32_t gn = g0 + sl + AHEAD;
+            if (sl + AHEAD < slices) {
+                moe_mb_wait_empty<STAGES>(mb, gn);
+                moe_wgw_stage<N, W, TM>(pl, ring_s + gn % STAGES * SB, ((h + AHEAD) & 1) == 0,
                                         ((h + AHEAD) & 1) == 1);
-            const int sti = sl % STAGES;
+                moe_mb_filled<STAGES>(mb, gn);
+            }
+            const int sti = (int)((g0 + sl) % STAGES);
+            moe_mb_wait_full<STAGES>(mb, g0 + sl);
             const char *stg = ring + sti * SB;
             if (h == 0) sc = *(const uint2 *)(stg + MOE_WGW_SCALES_OFF(N, W) + warp * 256 + lane * 8);
             const uint64_t d0 = wg_desc(ring_s + (uint32_t)(sti * SB));
@@ -202,11 +213,15 @@ __device__ __forceinline__ void moe_wgw_item(const moe_params &p, char *ring, co
                     moe_wg_mma<N>::run(d, ar[j][0], ar[j][1], ar[j][2], ar[j][3], desc);
                     wg_commit();
                     wg_wait<1>();
+                    // only this k-step's wgmma is in flight: slice sl - 1 is done with
+                    if (q == 0 && s == 0 && sl > 0) moe_mb_release<STAGES>(mb, g0 + sl - 1);
                 }
             }
         }
     }
     wg_wait<0>();
+    moe_mb_release<STAGES>(mb, g0 + slices - 1);
+    gsl = g0 + slices;
 #pragma unroll
     for (int i = 0; i < N / 2; i++) wg_pin(d[i]);
     moe_wgw_epilogue<N, DN, W>(p, d, ring, e, start, cnt, wr.pair);
@@ -226,17 +241,17 @@ __device__ __forceinline__ void moe_wgw_item(const moe_params &p, char *ring, co
 // bench/RESULTS.md, issue 8, thirteenth session).
 template <bool DN, int W, int MID>
 __device__ __forceinline__ void moe_wgw_dispatch(const moe_params &p, char *ring, const long long *row, int4 tl,
-                                                 int rb)
+                                                 int rb, uint64_t *mbar, uint32_t &gsl)
 {
     static_assert(MID == 80 || MID == 96, "the wide form's middle width");
     // One accumulator array for every width (each uses its first N/2 floats).
     float d[NB_MOE_WG_WIDE_TILE / 2];
     if (tl.z <= 64)
-        moe_wgw_item<64, DN, W>(p, ring, row, tl.x, tl.y, tl.z, rb, d);
+        moe_wgw_item<64, DN, W>(p, ring, row, tl.x, tl.y, tl.z, rb, d, mbar, gsl);
     else if (tl.z <= MID)
-        moe_wgw_item<MID, DN, W>(p, ring, row, tl.x, tl.y, tl.z, rb, d);
+        moe_wgw_item<MID, DN, W>(p, ring, row, tl.x, tl.y, tl.z, rb, d, mbar, gsl);
     else
-        moe_wgw_item<128, DN, W>(p, ring, row, tl.x, tl.y, tl.z, rb, d);
+        moe_wgw_item<128, DN, W>(p, ring, row, tl.x, tl.y, tl.z, rb, d, mbar, gsl);
 }
 
 #endif

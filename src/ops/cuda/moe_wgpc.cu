@@ -65,30 +65,19 @@
 
 __device__ __forceinline__ uint32_t pc_saddr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
-__device__ __forceinline__ void pc_bar_init(uint64_t *b, int count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(pc_saddr(b)), "r"(count) : "memory");
-}
+__device__ __forceinline__ void pc_bar_init(uint64_t *b, int count) { wg_mbar_init(pc_saddr(b), count); }
 
 // Returns once the phase of parity `parity` has completed (acquire, CTA scope).
 __device__ __forceinline__ void pc_bar_wait(uint64_t *b, uint32_t parity) { wg_mbar_wait(pc_saddr(b), parity); }
 
-__device__ __forceinline__ void pc_bar_arrive(uint64_t *b)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(pc_saddr(b)) : "memory");
-}
+__device__ __forceinline__ void pc_bar_arrive(uint64_t *b) { wg_mbar_arrive(pc_saddr(b)); }
 
 __device__ __forceinline__ void pc_bar_arrive_tx(uint64_t *b, uint32_t bytes)
 {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(pc_saddr(b)), "r"(bytes) : "memory");
 }
 
-// One arrival on b once every cp.async this thread issued so far has landed (counted in the
-// barrier's expected arrivals: .noinc).
-__device__ __forceinline__ void pc_cp_async_arrive(uint64_t *b)
-{
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(pc_saddr(b)) : "memory");
-}
+__device__ __forceinline__ void pc_cp_async_arrive(uint64_t *b) { wg_mbar_cp_arrive(pc_saddr(b)); }
 
 __device__ __forceinline__ void pc_bulk(uint32_t dst, const void *src, uint32_t bytes, uint64_t *b)
 {
