@@ -100,7 +100,7 @@ static inline size_t nb_moe_wg16_smem_total(int nmax)
 /* The 16-warp blocks' wide form (one 16-row weight tile per warp, token tiles of up to
  * NB_MOE_WG_WIDE_TILE tokens multiplied at n64, n96 or n128, the narrowest covering each; 4
  * stages of 128 * 2 * nmax + 16 * 1280 bytes: 211 KiB in all at 128 tokens). NIBBLE_MOE_WG_WIDE picks
- * it (default NB_MOE_WG_WIDE_DEFAULT: 1, from 56 tokens per expert and 4 waves of items). */
+ * it (default NB_MOE_WG_WIDE_DEFAULT: 1, from 52 tokens per expert and 4 waves of items). */
 #define NB_MOE_WG_WIDE_TILE 128
 #define NB_MOE_WG_WIDE_DEFAULT 1
 static inline size_t nb_moe_wgw_smem_total(int nmax)

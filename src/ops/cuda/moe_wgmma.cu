@@ -783,8 +783,10 @@ static int moe_wg_pc(void)
 // 16-warp kernel can run (A/B runs). H200, GLM-5 layer, uniform routing, before the column
 // table (bench/RESULTS.md, issue 8, ninth session, call 1): 1536 tokens (48 per expert) 3.18
 // -> 3.40 ms, 2048 (64) 4.26 -> 3.87, 8192 13.5 -> 12.2; one dense expert (bench-gemm) 1024
-// tokens, 2.4 waves, 0.24 -> 0.31, 2048 tokens 0.44 -> 0.38.
-#define MOE_WG_WIDE_FROM 56.0
+// tokens, 2.4 waves, 0.24 -> 0.31, 2048 tokens 0.44 -> 0.38. With the mbarrier ring (H100,
+// seventeenth session, one run): 1280 tokens (40 per expert) 2.78 -> 2.94, 1536 (48) 3.00 ->
+// 3.07, 1792 (56, which the ladder gave to the 64-token kernel) 3.71 -> 3.51: from 52 on.
+#define MOE_WG_WIDE_FROM 52.0
 // The wide form's middle width n80 (moe_wgw_dispatch) up to this many tokens per expert (the
 // mean over all experts): measured faster at 64 and 72 (2048 and 2304 tokens of GLM-5), slower
 // at 80 and 96.

@@ -20,7 +20,7 @@
 // The ring hands its stages over by mbarriers (moe_wgmma.cu, moe_mb_*), not by a block barrier
 // per slice (5-9 % faster at 2048-4096 tokens; bench/RESULTS.md, issue 8, seventeenth session);
 // the item boundaries keep their block barriers.
-// Included by moe_wgmma.cu only (it needs that file's MOE_WG_ARCH, moe_wg_rows, moe_wg_ring_turn and
+// Included by moe_wgmma.cu only (it needs that file's MOE_WG_ARCH, moe_wg_rows, moe_mb_* and
 // the column table).
 #ifndef NB_OPS_CUDA_MOE_WGMMA_WIDE_CUH
 #define NB_OPS_CUDA_MOE_WGMMA_WIDE_CUH
