@@ -423,6 +423,8 @@ nb_status nb_cuda_runner_create(const char *spec, const nb_cuda_runner_opts *o, 
     r->context_length = c->max_position_embeddings;
     r->kv_bytes_per_token = per_token;
     r->weight_bytes = in_use;
+    /* the forward's activation block per token (a logit row each: an upper bound) */
+    r->act_bytes_per_token = (int64_t)(nb_fwd_act_bytes(c, 4096, 4096) / 4096) + 1;
     r->n_eos = NB_MIN(c->n_eos, 8);
     memcpy(r->eos_ids, c->eos_ids, (size_t)r->n_eos * sizeof(int));
     r->bos_id = c->bos_id;

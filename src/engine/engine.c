@@ -731,9 +731,19 @@ nb_status nb_engine_create_from_parts(const nb_engine_params *p, nb_engine_parts
                       p->max_queued_requests, p->context_length);
         goto fail_parts;
     }
+    /* The activations of the largest step stay free: every running sequence's decode token plus
+     * a prefill chunk (the runner's estimate per token; the GPU runner's, where a 1000-request
+     * step on an 80 GB card otherwise found no room for them). */
+    const int64_t step_max = (int64_t)(p->max_running_requests > 0 ? p->max_running_requests : 4096) +
+                             (p->chunked_prefill_size > 0 ? NB_MIN(p->chunked_prefill_size, p->max_prefill_tokens)
+                                                          : p->max_prefill_tokens);
+    const double act_reserve = (double)rn->act_bytes_per_token * (double)step_max;
+    if (act_reserve > 0 && p->max_total_tokens <= 0)
+        NB_LOG_INFO("engine", "activations of a step of up to %lld tokens: %.2f GiB kept out of the KV cache",
+                    (long long)step_max, act_reserve / 1073741824.0);
     int64_t tokens = 0;
-    st = nb_kv_capacity(p->max_total_tokens, parts->mem_budget_bytes, p->mem_fraction_static, rn->weight_bytes,
-                        rn->kv_bytes_per_token, p->page_size, &tokens);
+    st = nb_kv_capacity(p->max_total_tokens, parts->mem_budget_bytes, p->mem_fraction_static,
+                        rn->weight_bytes + act_reserve, rn->kv_bytes_per_token, p->page_size, &tokens);
     if (st != NB_OK) goto fail_parts;
     if (tokens / p->page_size > INT32_MAX / 2) tokens = (int64_t)(INT32_MAX / 2) / p->page_size * p->page_size;
 

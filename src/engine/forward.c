@@ -383,12 +383,11 @@ static nb_status dump_rows(fwd *f, const char *name, const float *buf, int64_t c
     return NB_OK;
 }
 
-/* Carve the activations of a step of T tokens and R logit rows out of scratch slot
- * NB_FWD_ACT_SLOT: the layout depends on (config, T, R) alone. */
-static nb_status fwd_setup(nb_model *m, nb_kv_pool *pool, int T, int R, const nb_fwd_index *ix, fwd *f,
-                           float **final_rows)
+/* Element counts of the activation buffers of a step of T tokens and R logit rows, in the order
+ * fwd_setup takes them. */
+#define FWD_N_BUFS 18
+static void fwd_sizes(const nb_model_config *c, int64_t T, int64_t R, int64_t sizes[FWD_N_BUFS])
 {
-    const nb_model_config *c = &m->cfg;
     const int64_t H = c->hidden_size, nh = c->num_heads;
     const int64_t qw = nh * NB_MAX(c->head_dim, c->qk_nope_head_dim + c->qk_rope_head_dim);
     const int64_t attw = nh * NB_MAX(c->head_dim, c->v_head_dim);
@@ -397,14 +396,34 @@ static nb_status fwd_setup(nb_model *m, nb_kv_pool *pool, int T, int R, const nb
     const int64_t qiw = (int64_t)c->index_n_heads * c->index_head_dim;
     const int64_t E = c->n_routed_experts, K = NB_MAX(c->num_experts_per_tok, 1), topk = NB_MAX(c->index_topk, 1);
     const int64_t catw = c->q_lora_rank + ka + c->index_head_dim + c->index_n_heads;
+    const int64_t s[FWD_N_BUFS] = {3 * H * T, qw * T, c->q_lora_rank * T + 1, ka * T + 1, attw * T, kvw * T + 1,
+                                   kvw * T + 1, qiw * T + 1, c->index_head_dim * T + 1, c->index_n_heads * T + 1,
+                                   E * T + 1, K * T, K * T, topk * T, T, H * R, catw * T + 1, H * T};
+    memcpy(sizes, s, sizeof s);
+}
+
+size_t nb_fwd_act_bytes(const nb_model_config *cfg, int64_t T, int64_t R)
+{
+    int64_t sizes[FWD_N_BUFS];
+    fwd_sizes(cfg, T, R, sizes);
+    size_t cap = 0;
+    for (int i = 0; i < FWD_N_BUFS; i++) cap += ((size_t)sizes[i] * 4 + 63) / 64 * 64;
+    return cap;
+}
+
+/* Carve the activations of a step of T tokens and R logit rows out of scratch slot
+ * NB_FWD_ACT_SLOT: the layout depends on (config, T, R) alone. */
+static nb_status fwd_setup(nb_model *m, nb_kv_pool *pool, int T, int R, const nb_fwd_index *ix, fwd *f,
+                           float **final_rows)
+{
+    const nb_model_config *c = &m->cfg;
+    const int64_t H = c->hidden_size;
     /* element counts of every buffer, in take() order below */
-    const int64_t sizes[] = {3 * H * T, qw * T, c->q_lora_rank * (int64_t)T + 1, ka * T + 1, attw * T, kvw * T + 1,
-                             kvw * T + 1, qiw * T + 1, c->index_head_dim * (int64_t)T + 1,
-                             c->index_n_heads * (int64_t)T + 1, E * T + 1, K * T, K * T, topk * T, T, H * R,
-                             catw * T + 1, H * T};
+    int64_t sizes[FWD_N_BUFS];
+    fwd_sizes(c, T, R, sizes);
     nb_ops_ctx *ops = m->ops;
     fwd_bufs bufs = {0};
-    for (size_t i = 0; i < NB_ARRAY_LEN(sizes); i++) bufs.cap += ((size_t)sizes[i] * 4 + 63) / 64 * 64;
+    bufs.cap = nb_fwd_act_bytes(c, T, R);
     /* host or device memory, kept between steps */
     bufs.block = nb_ops_scratch(ops, NB_FWD_ACT_SLOT, bufs.cap);
     if (!bufs.block) return nb_error_wrap(NB_ERR_OUT_OF_MEMORY, "forward: activations for %d tokens", T);
@@ -417,26 +436,28 @@ static nb_status fwd_setup(nb_model *m, nb_kv_pool *pool, int T, int R, const nb
     f->rows = (int32_t *)ix->rows;
     f->lrows = (int32_t *)ix->lrows;
     f->dsa_live = ix->dsa_live;
-    f->h = take(&bufs, 3 * H * T);
+    int n = 0;
+    f->h = take(&bufs, sizes[n++]);
     f->a = f->h + H * T;
     f->o = f->a + H * T;
-    f->q = take(&bufs, qw * T);
-    f->qa = take(&bufs, c->q_lora_rank * (int64_t)T + 1);
-    f->kva = take(&bufs, ka * T + 1);
-    f->att = take(&bufs, attw * T);
-    f->k = take(&bufs, kvw * T + 1);
-    f->v = take(&bufs, kvw * T + 1);
-    f->qi = take(&bufs, qiw * T + 1);
-    f->ki = take(&bufs, c->index_head_dim * (int64_t)T + 1);
-    f->wi = take(&bufs, c->index_n_heads * (int64_t)T + 1);
-    f->rlog = take(&bufs, E * T + 1);
-    f->rw = take(&bufs, K * T);
-    f->rid = (int32_t *)take(&bufs, K * T);
-    f->sel_pos = (int32_t *)take(&bufs, topk * T);
-    f->sel_count = (int32_t *)take(&bufs, T);
-    *final_rows = take(&bufs, H * R);
-    f->acat = take(&bufs, catw * T + 1);
-    f->o2 = take(&bufs, H * T);
+    f->q = take(&bufs, sizes[n++]);
+    f->qa = take(&bufs, sizes[n++]);
+    f->kva = take(&bufs, sizes[n++]);
+    f->att = take(&bufs, sizes[n++]);
+    f->k = take(&bufs, sizes[n++]);
+    f->v = take(&bufs, sizes[n++]);
+    f->qi = take(&bufs, sizes[n++]);
+    f->ki = take(&bufs, sizes[n++]);
+    f->wi = take(&bufs, sizes[n++]);
+    f->rlog = take(&bufs, sizes[n++]);
+    f->rw = take(&bufs, sizes[n++]);
+    f->rid = (int32_t *)take(&bufs, sizes[n++]);
+    f->sel_pos = (int32_t *)take(&bufs, sizes[n++]);
+    f->sel_count = (int32_t *)take(&bufs, sizes[n++]);
+    *final_rows = take(&bufs, sizes[n++]);
+    f->acat = take(&bufs, sizes[n++]);
+    f->o2 = take(&bufs, sizes[n++]);
+    NB_ASSERT(n == FWD_N_BUFS);
     f->idx = (nb_attn_index){T, f->pos, f->slot_base, f->slot_table};
     return NB_OK;
 }

@@ -94,6 +94,10 @@ nb_status nb_forward_keep(nb_model *m, nb_kv_pool *pool, const nb_batch *b, floa
 #define NB_FWD_INDEX_SLOT 5
 #define NB_FWD_LOGITS_SLOT 6
 
+/* Bytes of the activation block (NB_FWD_ACT_SLOT) of a step of T tokens and R logit rows: what
+ * the engine sets aside for the largest step before it sizes the KV pool. */
+size_t nb_fwd_act_bytes(const nb_model_config *cfg, int64_t T, int64_t R);
+
 /* ---- the pieces, for callers that move the index arrays themselves (CUDA graphs,
  * engine/cuda_runner.c) ---- */
 

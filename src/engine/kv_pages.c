@@ -88,7 +88,7 @@ nb_status nb_kv_capacity(int64_t max_total_tokens, double budget_bytes, double m
         if (avail < (double)bytes_per_token * page_size)
             return nb_error(NB_ERR_OUT_OF_MEMORY,
                             "kv cache: budget %.2f GiB x mem-fraction-static %.2f leaves %.3f GiB after "
-                            "%.2f GiB of weights, less than one page of %d tokens x %lld bytes",
+                            "%.2f GiB of weights (and the largest step's activations), less than one page of %d tokens x %lld bytes",
                             budget_bytes / 1073741824.0, mem_fraction, avail / 1073741824.0,
                             weight_bytes / 1073741824.0, page_size, (long long)bytes_per_token);
         tokens = (int64_t)(avail / (double)bytes_per_token);

@@ -36,6 +36,8 @@ struct nb_runner {
     int context_length;        /* the model's max_position_embeddings */
     int64_t kv_bytes_per_token;
     double weight_bytes;       /* resident weights, for the memory budget */
+    int64_t act_bytes_per_token; /* activations per token of a step, set aside for the largest step
+                                    before the KV pool is sized (0: none) */
     int eos_ids[8];
     int n_eos;
     int bos_id;

@@ -521,6 +521,38 @@ static void test_concurrent_property(void)
     nb_engine_destroy(e);
 }
 
+/* The KV pool leaves the largest step's activations free (runner->act_bytes_per_token x (max
+ * running + a prefill chunk)): 1 GiB budget, 1024 B per KV token, 1000 B of activations per token
+ * of a step of 1000 + 8192 tokens. */
+static void test_kv_activation_reserve(void)
+{
+    int64_t tok[2];
+    for (int k = 0; k < 2; k++) {
+        nb_engine_params p = small_params(0, 16);
+        p.mem_fraction_static = 1.0;
+        p.max_running_requests = 1000;
+        p.chunked_prefill_size = 8192;
+        p.max_prefill_tokens = 16384;
+        nb_engine_parts parts;
+        memset(&parts, 0, sizeof parts);
+        parts.runner = nb_fake_runner_new(64, 4096, 0);
+        parts.runner->act_bytes_per_token = k ? 1000 : 0;
+        snprintf(parts.model_name, sizeof parts.model_name, "fake");
+        parts.mem_budget_bytes = 1 << 30;
+        p.model = "fake";
+        nb_engine *e = NULL;
+        NB_CHECK(nb_engine_create_from_parts(&p, &parts, &e) == NB_OK);
+        if (!e) return;
+        nb_engine_info in;
+        NB_CHECK(nb_engine_get_info(e, &in) == NB_OK);
+        tok[k] = in.max_total_tokens;
+        nb_engine_destroy(e);
+    }
+    NB_CHECK_MSG(tok[0] == (1 << 30) / 1024, "no reserve: %lld tokens", (long long)tok[0]);
+    const int64_t want = ((1 << 30) - 1000LL * (1000 + 8192)) / 1024 / 16 * 16;
+    NB_CHECK_MSG(tok[1] == want, "reserve: %lld tokens, want %lld", (long long)tok[1], (long long)want);
+}
+
 static void test_shutdown_aborts(void)
 {
     nb_engine *e;
@@ -646,6 +678,7 @@ static const nb_test tests[] = {
     {"forward_failure", test_forward_failure},
     {"concurrent_property", test_concurrent_property},
     {"shutdown_aborts", test_shutdown_aborts},
+    {"kv_activation_reserve", test_kv_activation_reserve},
 };
 
 int main(int argc, char **argv)

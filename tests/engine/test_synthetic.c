@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "format/numerics.h"
+#include "engine/forward.h"
 #include "model/synthetic.h"
 #include "nbtest.h"
 
@@ -170,11 +171,33 @@ out:
     nb_model_config_free(&c);
 }
 
+/* The activation block the engine sets aside (nb_fwd_act_bytes, the size fwd_setup carves): on
+ * the H100 the 8-layer GLM-5 slice's first 8256-token step failed to grow scratch slot 4 to
+ * 5020632320 bytes, 1.5x its previous size (ops/cuda/ctx.cu's growth), so the step needed between
+ * 5020632320 / 1.5 and 5020632320 bytes (bench/RESULTS.md, issue 8, seventeenth session); and the
+ * block grows with T and R. */
+static void test_act_bytes(void)
+{
+    nb_model_config c;
+    nb_checkpoint *k = NULL;
+    nb_synth_deferred *plan = NULL;
+    NB_CHECK(nb_synthetic_build_deferred("synthetic:glm5:num_hidden_layers=8", &c, &k, &plan) == NB_OK);
+    if (!k) return;
+    const size_t lo = nb_fwd_act_bytes(&c, 8256, 1), hi = nb_fwd_act_bytes(&c, 8256, 1064);
+    NB_CHECK_MSG(lo * 3 >= 5020632320u * 2 && hi <= 5020632320u, "8256 tokens: %zu-%zu bytes", lo, hi);
+    NB_CHECK(nb_fwd_act_bytes(&c, 8257, 1) > nb_fwd_act_bytes(&c, 8256, 1));
+    NB_CHECK(nb_fwd_act_bytes(&c, 8256, 2) > nb_fwd_act_bytes(&c, 8256, 1));
+    nb_synthetic_deferred_free(plan);
+    nb_checkpoint_close(k);
+    nb_model_config_free(&c);
+}
+
 int main(int argc, char **argv)
 {
     static const nb_test tests[] = {
         {"thread_invariance", test_thread_invariance},
         {"streams", test_streams},
+        {"act_bytes", test_act_bytes},
     };
     return nb_test_main(tests, NB_ARRAY_LEN(tests), argc, argv);
 }

@@ -93,14 +93,23 @@ extern "C" void *nb_cuda_scratch(nb_ops_ctx *ctx, int slot, size_t bytes)
                                                                                 : s->scratch_size[slot] + s->scratch_size[slot] / 2;
         want = (want + 255) / 256 * 256;
         void *p = NULL;
-        // The old buffer may still be read by queued kernels: wait before freeing it.
+        // The old buffer may still be read by queued kernels: wait, then free it first (its
+        // contents are not kept), so old and new never need room together.
         cudaStreamSynchronize(s->stream);
+        cudaFree(s->scratch[slot]);
+        s->scratch[slot] = NULL;
+        s->scratch_size[slot] = 0;
         if (cudaMalloc(&p, want) != cudaSuccess) {
             cudaGetLastError();
-            nb_error(NB_ERR_OUT_OF_MEMORY, "cuda: scratch slot %d: %zu bytes of device memory", slot, want);
-            return NULL;
+            // the 1.5x headroom did not fit: the exact size may
+            const size_t exact = (bytes + 255) / 256 * 256;
+            if (exact == want || cudaMalloc(&p, exact) != cudaSuccess) {
+                cudaGetLastError();
+                nb_error(NB_ERR_OUT_OF_MEMORY, "cuda: scratch slot %d: %zu bytes of device memory", slot, exact);
+                return NULL;
+            }
+            want = exact;
         }
-        cudaFree(s->scratch[slot]);
         s->scratch[slot] = p;
         s->scratch_size[slot] = want;
     }
