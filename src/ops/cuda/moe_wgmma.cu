@@ -864,10 +864,9 @@ nb_status moe_launch_wg(const moe_params &p, int nmax, double tokens_per_expert,
         c = moe_wg_env_int("NIBBLE_MOE_WG_C", c);
         w = moe_wg_env_int("NIBBLE_MOE_WG_W", w);
     }
-    // The lean loop wherever it is built (every default), unless NIBBLE_MOE_WG_LEAN=0 or the
-    // second session's kernel is asked for.
-    // The lean loop's mbarrier ring where it is built (the 16-warp defaults) unless
-    // NIBBLE_MOE_WG_MBAR=0, else the lean loop with a block barrier per slice.
+    // In order of preference: the lean loop with the mbarrier ring (built for the 16-warp
+    // defaults; not with NIBBLE_MOE_WG_MBAR=0), the lean loop with a block barrier per slice
+    // (every default), moe_wg_item (NIBBLE_MOE_WG_LEAN=0 or the second session's kernel).
     const int lean = !moe_wg_old(&as) && moe_wg_env_int("NIBBLE_MOE_WG_LEAN", 1) != 0;
     const int levels[3] = {lean && moe_wg_mbar() ? 5 : -1, lean ? 1 : -1, 0};
     for (int k = 0; k < 3; k++)
