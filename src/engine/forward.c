@@ -402,13 +402,19 @@ static void fwd_sizes(const nb_model_config *c, int64_t T, int64_t R, int64_t si
     memcpy(sizes, s, sizeof s);
 }
 
+/* Bytes of those buffers, each rounded up to 64 bytes (take()'s alignment). */
+static size_t fwd_cap(const int64_t sizes[FWD_N_BUFS])
+{
+    size_t cap = 0;
+    for (int i = 0; i < FWD_N_BUFS; i++) cap += ((size_t)sizes[i] * 4 + 63) / 64 * 64;
+    return cap;
+}
+
 size_t nb_fwd_act_bytes(const nb_model_config *cfg, int64_t T, int64_t R)
 {
     int64_t sizes[FWD_N_BUFS];
     fwd_sizes(cfg, T, R, sizes);
-    size_t cap = 0;
-    for (int i = 0; i < FWD_N_BUFS; i++) cap += ((size_t)sizes[i] * 4 + 63) / 64 * 64;
-    return cap;
+    return fwd_cap(sizes);
 }
 
 /* Carve the activations of a step of T tokens and R logit rows out of scratch slot
@@ -423,7 +429,7 @@ static nb_status fwd_setup(nb_model *m, nb_kv_pool *pool, int T, int R, const nb
     fwd_sizes(c, T, R, sizes);
     nb_ops_ctx *ops = m->ops;
     fwd_bufs bufs = {0};
-    bufs.cap = nb_fwd_act_bytes(c, T, R);
+    bufs.cap = fwd_cap(sizes);
     /* host or device memory, kept between steps */
     bufs.block = nb_ops_scratch(ops, NB_FWD_ACT_SLOT, bufs.cap);
     if (!bufs.block) return nb_error_wrap(NB_ERR_OUT_OF_MEMORY, "forward: activations for %d tokens", T);
