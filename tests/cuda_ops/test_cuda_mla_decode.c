@@ -345,6 +345,12 @@ static void time_batch(int B, int ctx)
         tst[k] = graph_ms(&b, NB_CUDA_MLA_WG, 0, iters);
     }
     nb_cuda_mla_wg_force_stage(-1);
+    double tpf[4]; /* the producer's L2 prefetch of rows on / off, A B A B */
+    for (int k = 0; k < 4; k++) {
+        nb_cuda_mla_wg_force_prefetch(!(k & 1));
+        tpf[k] = graph_ms(&b, NB_CUDA_MLA_WG, 0, iters);
+    }
+    nb_cuda_mla_wg_force_prefetch(-1);
     nb_cuda_mla_force_terms(0);
     const double gemm = graph_ms(&b, NB_CUDA_MLA_DEC, 1, iters);
     const int autok = nb_cuda_mla_kernel(tu_gpu, &b.d, B);
@@ -363,6 +369,8 @@ static void time_batch(int B, int ctx)
             ctx, tq[0], tq[1], tq[0] / tq[1]);
     fprintf(stderr, "    mla time B=%-5d ctx %-5d wg BF16 q op (graph): outputs direct %.3f / %.3f, staged %.3f / %.3f ms\n", B,
             ctx, tst[0], tst[2], tst[1], tst[3]);
+    fprintf(stderr, "    mla time B=%-5d ctx %-5d wg op (graph): rows prefetched into L2 %.3f / %.3f, not %.3f / %.3f ms\n", B,
+            ctx, tpf[0], tpf[2], tpf[1], tpf[3]);
     nb_cuda_mla_force_terms(2);
     time_steps(&b, NB_CUDA_MLA_DEC, iters);
     time_steps(&b, NB_CUDA_MLA_WG, iters);
@@ -462,6 +470,11 @@ int main(int argc, char **argv)
                 dec_case(glm5, 1, 0, NB_WFMT_BF16, 1, kk);
                 dec_case(h80w, 1, 1, NB_WFMT_BF16, 1, kk);
                 nb_cuda_mla_wg_force_persist(-1);
+                nb_cuda_mla_wg_force_prefetch(!NB_CUDA_MLA_WG_PF_DEFAULT);
+                fprintf(stderr, "  wg, rows %sprefetched into L2:\n", NB_CUDA_MLA_WG_PF_DEFAULT ? "not " : "");
+                dec_case(glm5, 0, 1, NB_WFMT_BF16, 1, kk);
+                dec_case(glm5, 1, 0, NB_WFMT_BF16, 1, kk);
+                nb_cuda_mla_wg_force_prefetch(-1);
             }
         }
         /* GLM-5 shapes on the GPU against the float32 kernel (default terms: one for wg, two
@@ -489,6 +502,9 @@ int main(int argc, char **argv)
                     batch_compare(&b, NB_CUDA_MLA_F32, NB_CUDA_MLA_WG);
                 }
                 nb_cuda_mla_wg_force_stage(-1);
+                nb_cuda_mla_wg_force_prefetch(!NB_CUDA_MLA_WG_PF_DEFAULT);
+                batch_compare(&b, NB_CUDA_MLA_F32, NB_CUDA_MLA_WG);
+                nb_cuda_mla_wg_force_prefetch(-1);
             }
             batch_free(&b);
         }

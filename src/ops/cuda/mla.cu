@@ -675,6 +675,16 @@ static int wg_stage_on(void)
     return switch01(g_wgst, "NIBBLE_CUDA_MLA_WG_STAGE", &env, NB_CUDA_MLA_WG_STAGE_DEFAULT);
 }
 
+static int g_wgpf = -1; /* nb_cuda_mla_wg_force_prefetch; -1: NIBBLE_CUDA_MLA_WG_PF, else the default */
+
+extern "C" void nb_cuda_mla_wg_force_prefetch(int on) { g_wgpf = on == 0 || on == 1 ? on : -1; }
+
+static int wg_prefetch_on(void)
+{
+    static int env = -1;
+    return switch01(g_wgpf, "NIBBLE_CUDA_MLA_WG_PF", &env, NB_CUDA_MLA_WG_PF_DEFAULT);
+}
+
 static size_t mma_smem(int r, int rope)
 {
     const int Dk = (r + rope + 15) & ~15;
@@ -872,6 +882,7 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
     a.ob = bf ? (uint16_t *)(scr + o_ol) : NULL;
     a.ob1 = one;
     a.wgst = q16 && wg_stage_on();
+    a.wgpf = wg_prefetch_on();
     static int attr_dev = -1, mma_attr_dev = -1; /* attributes set once per process for the opt-in maximum */
     if (!small && !(steps & 2)) {
     } else if (wg && a.vec) {

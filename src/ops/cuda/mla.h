@@ -109,6 +109,13 @@ void nb_cuda_mla_force_qlat16(int on);
  * NB_CUDA_MLA_WG_STAGE_DEFAULT); nb_cuda_mla_wg_force_stage for tests (0, 1; else back). */
 void nb_cuda_mla_wg_force_stage(int on);
 #define NB_CUDA_MLA_WG_STAGE_DEFAULT 0
+/* The wg kernel's producer prefetching rows into L2 (`cp.async.bulk.prefetch.L2`: an item's
+ * first two chunks at its start, then the chunk after next; 1) or not (0, the default since the
+ * nineteenth session: the op 3-11 % faster at context 192, 35-37 % at 2048 with 256-1000 tokens
+ * on an H100; docs/cuda-backend.md): NIBBLE_CUDA_MLA_WG_PF (default NB_CUDA_MLA_WG_PF_DEFAULT);
+ * nb_cuda_mla_wg_force_prefetch for tests (0, 1; else back). */
+void nb_cuda_mla_wg_force_prefetch(int on);
+#define NB_CUDA_MLA_WG_PF_DEFAULT 0
 /* Tests and timings: how the decode kernel copies pool rows into shared memory: 1 the bulk-copy
  * engine (cp.async.bulk completing on an mbarrier), 0 cp.async (anything else: back to
  * NIBBLE_CUDA_MLA_DEC_COPY=bulk|async, default bulk). Rows not 16-byte aligned take cp.async. */

@@ -5,8 +5,9 @@
 // One block of three warpgroups per (token, group of 64 heads, KV split), one block per SM:
 //   warpgroup 0 (producer, few registers): reads each chunk of 64 attended float32 rows
 //     [latent | k_pe] from global memory into registers (RB = 4 rows per warp in flight, or 2;
-//     the chunk after next prefetched into L2 by the bulk-copy engine, pool row ids looked up
-//     two and three chunks ahead), converts them to BF16 and stores them into one of two
+//     pool row ids looked up two and three chunks ahead; with NIBBLE_CUDA_MLA_WG_PF=1 the chunk
+//     after next also prefetched into L2 by the bulk-copy engine, which measured slower: mla.h),
+//     converts them to BF16 and stores them into one of two
 //     shared tiles, 128-byte swizzled: 9 k-tiles of [64 rows][64 dims] (8 KB each);
 //     signals the tile full on an mbarrier and waits for it to be empty before reusing it.
 //   warpgroups 1 and 2 (consumers): q of the 64 heads in BF16 in the same layout, loaded
@@ -296,8 +297,10 @@ __global__ void __launch_bounds__(WG_THREADS, 1) k_mla_wg(mla_args a, int S, int
                 }
             }
             int idA = id3[0], idB = id3[1], idC = id3[2], pD = pp[3];
-            wg_prefetch(a, idA, lane);
-            wg_prefetch(a, idB, lane);
+            if (a.wgpf) {
+                wg_prefetch(a, idA, lane);
+                wg_prefetch(a, idB, lane);
+            }
             for (int c = x.ch0; c < x.ch1; c++, gc++) {
                 const int b = gc & 1;
                 char *tile = kv + b * WG_OPND;
@@ -317,7 +320,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) k_mla_wg(mla_args a, int S, int
                         }
                     }
                     if (rb == 0) {
-                        wg_prefetch(a, idC, lane);                                  /* chunk c + 2 */
+                        if (a.wgpf) wg_prefetch(a, idC, lane);                      /* chunk c + 2 */
                         if (gc >= 2) mla_mwait(empty + b, ((gc >> 1) + 1) & 1); /* its last use consumed */
                     }
 #pragma unroll
