@@ -55,7 +55,10 @@ watch_rss() { # pid file
   echo "$2: peak host RSS of nibble (VmHWM): $((peak / 1024)) MiB" >>"$SUM"
 }
 # Kill $1 after $2 seconds unless it ended (timeout(1) would hide nibble's pid from watch_rss).
-deadline() { ( sleep "$2"; kill -TERM "$1" 2>/dev/null ) & dl=$!; }
+# The watcher holds none of the script's output (a caller piping this script into tail would
+# otherwise wait for its sleep), and undeadline stops its sleep too.
+deadline() { ( sleep "$2"; kill -TERM "$1" 2>/dev/null ) </dev/null >/dev/null 2>&1 & dl=$!; }
+undeadline() { pkill -P "$dl" 2>/dev/null; kill "$dl" 2>/dev/null; }
 
 for s in $STEPS; do
   t0=$(date +%s)
@@ -72,7 +75,7 @@ for s in $STEPS; do
       watch_rss $p bench-offline &
       w=$!
       wait $p || { echo "bench-offline: exit $?"; rc=1; }
-      kill $dl 2>/dev/null
+      undeadline
       wait $w
       grep -E "ceilings|floor:|synthetic|weights:|routed experts|KV cache|prompts +batch|^[0-9]+ +[0-9]|rror" \
         "$OUT/offline.log" | cut -c1-220
