@@ -351,6 +351,14 @@ static void time_batch(int B, int ctx)
         tpf[k] = graph_ms(&b, NB_CUDA_MLA_WG, 0, iters);
     }
     nb_cuda_mla_wg_force_prefetch(-1);
+    double tdp[4]; /* the same for the dec kernel (bulk copies) */
+    nb_cuda_mla_dec_force_copy(1);
+    for (int k = 0; k < 4; k++) {
+        nb_cuda_mla_dec_force_prefetch(!(k & 1));
+        tdp[k] = graph_ms(&b, NB_CUDA_MLA_DEC, 0, iters);
+    }
+    nb_cuda_mla_dec_force_prefetch(-1);
+    nb_cuda_mla_dec_force_copy(-1);
     nb_cuda_mla_force_terms(0);
     const double gemm = graph_ms(&b, NB_CUDA_MLA_DEC, 1, iters);
     const int autok = nb_cuda_mla_kernel(tu_gpu, &b.d, B);
@@ -371,6 +379,8 @@ static void time_batch(int B, int ctx)
             ctx, tst[0], tst[2], tst[1], tst[3]);
     fprintf(stderr, "    mla time B=%-5d ctx %-5d wg op (graph): rows prefetched into L2 %.3f / %.3f, not %.3f / %.3f ms\n", B,
             ctx, tpf[0], tpf[2], tpf[1], tpf[3]);
+    fprintf(stderr, "    mla time B=%-5d ctx %-5d dec op (graph): rows prefetched into L2 %.3f / %.3f, not %.3f / %.3f ms\n", B,
+            ctx, tdp[0], tdp[2], tdp[1], tdp[3]);
     nb_cuda_mla_force_terms(2);
     time_steps(&b, NB_CUDA_MLA_DEC, iters);
     time_steps(&b, NB_CUDA_MLA_WG, iters);
@@ -475,6 +485,13 @@ int main(int argc, char **argv)
                 dec_case(glm5, 0, 1, NB_WFMT_BF16, 1, kk);
                 dec_case(glm5, 1, 0, NB_WFMT_BF16, 1, kk);
                 nb_cuda_mla_wg_force_prefetch(-1);
+            }
+            if (kk == NB_CUDA_MLA_DEC) {
+                nb_cuda_mla_dec_force_prefetch(!NB_CUDA_MLA_DEC_PF_DEFAULT);
+                fprintf(stderr, "  dec, rows %sprefetched into L2:\n", NB_CUDA_MLA_DEC_PF_DEFAULT ? "not " : "");
+                dec_case(glm5, 0, 1, NB_WFMT_BF16, 1, kk);
+                dec_case(h16, 1, 0, NB_WFMT_F32, 1, kk);
+                nb_cuda_mla_dec_force_prefetch(-1);
             }
         }
         /* GLM-5 shapes on the GPU against the float32 kernel (default terms: one for wg, two

@@ -685,6 +685,16 @@ static int wg_prefetch_on(void)
     return switch01(g_wgpf, "NIBBLE_CUDA_MLA_WG_PF", &env, NB_CUDA_MLA_WG_PF_DEFAULT);
 }
 
+static int g_decpf = -1; /* nb_cuda_mla_dec_force_prefetch; -1: NIBBLE_CUDA_MLA_DEC_PF, else the default */
+
+extern "C" void nb_cuda_mla_dec_force_prefetch(int on) { g_decpf = on == 0 || on == 1 ? on : -1; }
+
+static int dec_prefetch_on(void)
+{
+    static int env = -1;
+    return switch01(g_decpf, "NIBBLE_CUDA_MLA_DEC_PF", &env, NB_CUDA_MLA_DEC_PF_DEFAULT);
+}
+
 static size_t mma_smem(int r, int rope)
 {
     const int Dk = (r + rope + 15) & ~15;
@@ -882,7 +892,7 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
     a.ob = bf ? (uint16_t *)(scr + o_ol) : NULL;
     a.ob1 = one;
     a.wgst = q16 && wg_stage_on();
-    a.wgpf = wg_prefetch_on();
+    a.l2pf = wg && a.vec ? wg_prefetch_on() : dec_prefetch_on();
     static int attr_dev = -1, mma_attr_dev = -1; /* attributes set once per process for the opt-in maximum */
     if (!small && !(steps & 2)) {
     } else if (wg && a.vec) {

@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_mla_decode(mla_args a, int b
         else if (w == 0) dec_issue_bulk(a, L, stg, ring, bar, lane);
     }
     dec_commit();
-    if (w == 6 && ch0 + 1 < ch1 && ring[DEC_P + lane] >= 0) dec_prefetch(a, ring[DEC_P + lane]);
+    if (a.l2pf && w == 6 && ch0 + 1 < ch1 && ring[DEC_P + lane] >= 0) dec_prefetch(a, ring[DEC_P + lane]);
 
     // q of the group's heads -> BF16: natural dims 4c..4c+3 of a 16-wide block b go to
     // positions (2c, 2c + 1) and (8 + 2c, 9 + 2c), the order of a row's float4 in the B fragment
@@ -261,7 +261,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_mla_decode(mla_args a, int b
         // warp 6: chunk c + 2 into L2; warp 7: the table lookup of chunk c + 3 (its selected
         // position came last iteration) and the selected position of chunk c + 4, stored into
         // the ring after this chunk
-        if (w == 6 && c + 2 < ch1) {
+        if (a.l2pf && w == 6 && c + 2 < ch1) {
             const int row = ring[((it + 2) % DEC_RING) * DEC_P + lane];
             if (row >= 0) dec_prefetch(a, row);
         }

@@ -27,7 +27,7 @@ typedef struct mla_args {
     uint16_t *ob;    /* or BF16 hi/lo output [H][2T][r] */
     int ob1;         /* ob holds the hi term only: [H][T][r] (mla.h NIBBLE_CUDA_MLA_TERMS=1) */
     int wgst;        /* the wg kernel's BF16 q form: outputs staged in shared memory (mla.h) */
-    int wgpf;        /* the wg kernel's producer prefetches its next chunks' rows into L2 (mla.h) */
+    int l2pf;        /* the wg / dec kernel prefetches its next chunks' rows into L2 (mla.h) */
 } mla_args;
 
 // Attended entries of token i: its causal length, or its clamped selection count.

@@ -297,7 +297,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) k_mla_wg(mla_args a, int S, int
                 }
             }
             int idA = id3[0], idB = id3[1], idC = id3[2], pD = pp[3];
-            if (a.wgpf) {
+            if (a.l2pf) {
                 wg_prefetch(a, idA, lane);
                 wg_prefetch(a, idB, lane);
             }
@@ -320,7 +320,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) k_mla_wg(mla_args a, int S, int
                         }
                     }
                     if (rb == 0) {
-                        if (a.wgpf) wg_prefetch(a, idC, lane);                      /* chunk c + 2 */
+                        if (a.l2pf) wg_prefetch(a, idC, lane);                      /* chunk c + 2 */
                         if (gc >= 2) mla_mwait(empty + b, ((gc >> 1) + 1) & 1); /* its last use consumed */
                     }
 #pragma unroll
