@@ -1,0 +1,28 @@
+#!/bin/bash
+# Prepared for the twentieth round's first GPU call (an H200 if one comes: needs_h200 is not
+# needed, the work fits 80 GB): the nineteenth round's untested switch first, then its figures.
+#   1. test_cuda_mla_decode in full (the dec kernel's NIBBLE_CUDA_MLA_DEC_PF, added after the
+#      last GPU call, runs its non-default setting there);
+#   2. the MLA op's prefetch A/B rows for both kernels (`time 192 1000`, `time 2048 64,256`);
+#   3. the cluster residency probe on this card (H100: clusters of 4+ get 124 of 132 SMs);
+#   4. issue 8's row (bench-moe) and issue 9's sweep (device-issue9.sh offline) on the tree.
+# Here first: cmake --build build -j2; BUILD=build scripts/device-verify.sh pack (.devbin.tar.xz);
+# nvcc -O2 -gencode=arch=compute_90a,code=sm_90a bench/lab/cluster_probe.cu -o .abin/cluster_probe
+#   run(command="bash bench/h200-2026-12-07-s19/next-call.sh", carry=[".devbin.tar.xz", ".devlibs.tar.xz", ".abin"], timeout_s=400)
+set -u
+T0=$(date +%s)
+tar -xJf .devlibs.tar.xz && rm -rf .devlibs-cuda && mv .devlibs .devlibs-cuda
+tar -xJf .devbin.tar.xz
+export LD_LIBRARY_PATH=$PWD/.devlibs-cuda
+nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
+timeout 150 build/tests/test_cuda_mla_decode > $OUT/test-mla-decode.log 2>&1
+echo "test_cuda_mla_decode rc=$?"; tail -n1 $OUT/test-mla-decode.log; grep -i "fail" $OUT/test-mla-decode.log | head -5
+timeout 60 build/tests/test_cuda_mla_decode time 192 1000 > $OUT/time-192.log 2>&1; grep "prefetched" $OUT/time-192.log
+timeout 90 build/tests/test_cuda_mla_decode time 2048 64,256 > $OUT/time-2048.log 2>&1; grep "prefetched" $OUT/time-2048.log
+echo "[$(($(date +%s) - T0)) s]"
+[ -x .abin/cluster_probe ] && .abin/cluster_probe > $OUT/probe.log 2>&1 && grep -E "cluster  [248]," $OUT/probe.log
+timeout 90 build/nibble bench-moe --tokens 1,2,10,64,256,1024,2048 --iters 30 > $OUT/moe-row.log 2>&1
+echo "bench-moe rc=$?"; grep -E "^ +[0-9]|ceilings" $OUT/moe-row.log
+echo "[$(($(date +%s) - T0)) s]"
+OUT=$OUT/i9 STEPS=offline BUILD=build scripts/device-issue9.sh 2>&1 | tail -8
+echo "[$(($(date +%s) - T0)) s]"
