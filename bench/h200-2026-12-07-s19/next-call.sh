@@ -5,7 +5,10 @@
 #      last GPU call, runs its non-default setting there);
 #   2. the MLA op's prefetch A/B rows for both kernels (`time 192 1000`, `time 2048 64,256`);
 #   3. the cluster residency probe on this card (H100: clusters of 4+ get 124 of 132 SMs);
-#   4. issue 8's row (bench-moe) and issue 9's sweep (device-issue9.sh offline) on the tree.
+#   4. issue 8's row (bench-moe) and issue 9's sweep (device-issue9.sh offline) on the tree;
+#   5. if .abin/mla16.tar.xz is there (bench/lab/mla-bf16-rows.patch applied in a worktree, its
+#      build/tests/test_cuda_mla_decode packed with that path), the wg kernel on BF16 rows
+#      (NB_TEST_MLA_ROWS16=1) against F32 rows, contexts 192 and 2048.
 # Here first: cmake --build build -j2; BUILD=build scripts/device-verify.sh pack (.devbin.tar.xz);
 # nvcc -O2 -gencode=arch=compute_90a,code=sm_90a bench/lab/cluster_probe.cu -o .abin/cluster_probe
 #   run(command="bash bench/h200-2026-12-07-s19/next-call.sh", carry=[".devbin.tar.xz", ".devlibs.tar.xz", ".abin"], timeout_s=400)
@@ -25,4 +28,16 @@ timeout 90 build/nibble bench-moe --tokens 1,2,10,64,256,1024,2048 --iters 30 > 
 echo "bench-moe rc=$?"; grep -E "^ +[0-9]|ceilings" $OUT/moe-row.log
 echo "[$(($(date +%s) - T0)) s]"
 OUT=$OUT/i9 STEPS=offline BUILD=build scripts/device-issue9.sh 2>&1 | tail -8
+echo "[$(($(date +%s) - T0)) s]"
+if [ -f .abin/mla16.tar.xz ]; then
+  mkdir -p lab16 && xz -dc .abin/mla16.tar.xz | tar -C lab16 -xf -
+  for c in 192 2048; do
+    for r16 in 0 1; do
+      if [ $r16 = 1 ]; then export NB_TEST_MLA_ROWS16=1; else unset NB_TEST_MLA_ROWS16; fi
+      timeout 90 lab16/build/tests/test_cuda_mla_decode time $c 64,256,1000 > $OUT/lab16-$c-$r16.log 2>&1
+      echo "lab16 ctx $c rows16=$r16 rc=$?"; grep -E "rel err|one term  op|prefetched" $OUT/lab16-$c-$r16.log | grep -v dec | head -9
+    done
+  done
+  unset NB_TEST_MLA_ROWS16
+fi
 echo "[$(($(date +%s) - T0)) s]"
