@@ -301,6 +301,17 @@ static void time_steps(dec_batch *b, int k, int iters)
     fprintf(stderr, "  (sum %.3f)\n", ms[0] + ms[1] + ms[2] + ms[3]);
 }
 
+/* A switch's two settings on the op with kernel k (graph replay), alternating A B A B (t[0], t[2]:
+ * force(a); t[1], t[3]: force(!a)), then the switch back to the environment's value. */
+static void time_ab(dec_batch *b, int k, void (*force)(int), int a, int iters, double t[4])
+{
+    for (int i = 0; i < 4; i++) {
+        force(i & 1 ? !a : a);
+        t[i] = graph_ms(b, k, 0, iters);
+    }
+    force(-1);
+}
+
 /* Old against new on one batch, the same binary: the op (graph replay) with mma, dec (bulk
  * copies) and wg (4 and 2 producer rows in flight), each with two BF16 activation terms and
  * with one (mla.h NIBBLE_CUDA_MLA_TERMS), the two-term GEMMs alone, then the op's steps alone
@@ -339,25 +350,11 @@ static void time_batch(int B, int ctx)
         tq[k] = graph_ms(&b, NB_CUDA_MLA_WG, 0, iters);
     }
     nb_cuda_mla_force_qlat16(-1);
-    double tst[4]; /* BF16 q, outputs direct / staged, A B A B */
-    for (int k = 0; k < 4; k++) {
-        nb_cuda_mla_wg_force_stage(k & 1);
-        tst[k] = graph_ms(&b, NB_CUDA_MLA_WG, 0, iters);
-    }
-    nb_cuda_mla_wg_force_stage(-1);
-    double tpf[4]; /* the producer's L2 prefetch of rows on / off, A B A B */
-    for (int k = 0; k < 4; k++) {
-        nb_cuda_mla_wg_force_prefetch(!(k & 1));
-        tpf[k] = graph_ms(&b, NB_CUDA_MLA_WG, 0, iters);
-    }
-    nb_cuda_mla_wg_force_prefetch(-1);
-    double tdp[4]; /* the same for the dec kernel (bulk copies) */
+    double tst[4], tpf[4], tdp[4];
+    time_ab(&b, NB_CUDA_MLA_WG, nb_cuda_mla_wg_force_stage, 0, iters, tst);   /* BF16 q, outputs direct / staged */
+    time_ab(&b, NB_CUDA_MLA_WG, nb_cuda_mla_wg_force_prefetch, 1, iters, tpf); /* rows into L2 or not */
     nb_cuda_mla_dec_force_copy(1);
-    for (int k = 0; k < 4; k++) {
-        nb_cuda_mla_dec_force_prefetch(!(k & 1));
-        tdp[k] = graph_ms(&b, NB_CUDA_MLA_DEC, 0, iters);
-    }
-    nb_cuda_mla_dec_force_prefetch(-1);
+    time_ab(&b, NB_CUDA_MLA_DEC, nb_cuda_mla_dec_force_prefetch, 1, iters, tdp); /* the same, dec (bulk copies) */
     nb_cuda_mla_dec_force_copy(-1);
     nb_cuda_mla_force_terms(0);
     const double gemm = graph_ms(&b, NB_CUDA_MLA_DEC, 1, iters);
