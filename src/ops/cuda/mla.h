@@ -116,11 +116,12 @@ void nb_cuda_mla_wg_force_stage(int on);
  * nb_cuda_mla_wg_force_prefetch for tests (0, 1; else back). */
 void nb_cuda_mla_wg_force_prefetch(int on);
 #define NB_CUDA_MLA_WG_PF_DEFAULT 0
-/* The same for the dec kernel (warp 6 prefetching the chunk after next into L2): 1, the default
- * (not measured without), or 0: NIBBLE_CUDA_MLA_DEC_PF; nb_cuda_mla_dec_force_prefetch for tests
+/* The same for the dec kernel (warp 6 prefetching the chunk after next into L2): 1, or 0 (the
+ * default since the twentieth session: the op 1-4 % faster without at contexts 192 and 2048,
+ * 64-1000 tokens, on an H100): NIBBLE_CUDA_MLA_DEC_PF; nb_cuda_mla_dec_force_prefetch for tests
  * (0, 1; else back). */
 void nb_cuda_mla_dec_force_prefetch(int on);
-#define NB_CUDA_MLA_DEC_PF_DEFAULT 1
+#define NB_CUDA_MLA_DEC_PF_DEFAULT 0
 /* Tests and timings: how the decode kernel copies pool rows into shared memory: 1 the bulk-copy
  * engine (cp.async.bulk completing on an mbarrier), 0 cp.async (anything else: back to
  * NIBBLE_CUDA_MLA_DEC_COPY=bulk|async, default bulk). Rows not 16-byte aligned take cp.async. */
