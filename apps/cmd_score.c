@@ -1,4 +1,5 @@
 /* nibble score --model DIR --ids 5,17,42 --out logits.npy [--backend cpu|cuda] [--threads N]
+ *              [--kv-cache-dtype auto|float32|bfloat16]
  * Logits at every position of one sequence, as float32 .npy [n_ids, vocab]: the command the
  * golden checks and other tools drive. One prefill step through nb_forward (on the GPU with
  * --backend cuda: the model's device twin, engine/cuda_runner.h). */
@@ -7,6 +8,7 @@
 #include <string.h>
 
 #include "engine/cuda_runner.h"
+#include "engine/engine.h"
 #include "engine/forward.h"
 #include "format/npy.h"
 #include "model/model.h"
@@ -19,6 +21,7 @@ const char nb_cmd_score_summary[] = "logits of every position of a token sequenc
 static int usage(void)
 {
     fprintf(stderr, "usage: nibble score --model DIR --ids 5,17,42 --out logits.npy [--backend cpu|cuda] [--threads N]\n"
+                    "       [--kv-cache-dtype auto|float32|bfloat16] (the KV pool's MLA latent rows)\n"
                     "       [--cuda-graph-max-bs N] [--disable-cuda-graph] (accepted; one prefill pass has no decode step to graph)\n");
     return 2;
 }
@@ -26,7 +29,7 @@ static int usage(void)
 int nb_cmd_score(int argc, char **argv)
 {
     const char *model_dir = NULL, *ids_s = NULL, *out = NULL, *backend = NULL;
-    int threads = 0;
+    int threads = 0, kv = NB_KV_CACHE_AUTO;
     for (int i = 1, step = 2; i < argc; i += step) { /* every option but --disable-cuda-graph takes a value */
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -48,7 +51,12 @@ int nb_cmd_score(int argc, char **argv)
         else if (!strcmp(a, "--out")) out = v;
         else if (!strcmp(a, "--backend")) backend = v;
         else if (!strcmp(a, "--threads")) threads = atoi(v);
-        else return usage();
+        else if (!strcmp(a, "--kv-cache-dtype")) {
+            if ((kv = nb_kv_cache_dtype_parse(v)) < 0) {
+                fprintf(stderr, "nibble score: --kv-cache-dtype '%s': auto, float32 (fp32) or bfloat16 (bf16)\n", v);
+                return 2;
+            }
+        } else return usage();
     }
     const int cuda = backend && !strcmp(backend, "cuda");
     if (!model_dir || !ids_s || !out || (!cuda && nb_cli_check_backend(backend))) return usage();
@@ -68,7 +76,10 @@ int nb_cmd_score(int argc, char **argv)
     nb_status s = !slots ? NB_ERR_OUT_OF_MEMORY
                   : cuda  ? nb_cuda_model_load(model_dir, 0, &host, &m, &scfg, &sck, &owns_cfg)
                           : nb_model_load(model_dir, &p, &m);
-    if (s == NB_OK) s = cuda ? nb_kv_pool_init_on(&pool, &m->cfg, n, m->ops) : nb_kv_pool_init(&pool, &m->cfg, n);
+    nb_dtype lat = NB_DTYPE_F32;
+    if (s == NB_OK) s = nb_kv_lat_dtype((nb_kv_cache_dtype)kv, &m->cfg, &lat);
+    if (s == NB_OK)
+        s = cuda ? nb_kv_pool_init_on(&pool, &m->cfg, lat, n, m->ops) : nb_kv_pool_init(&pool, &m->cfg, lat, n);
     if (s == NB_OK) {
         logits = malloc((size_t)n * (size_t)m->cfg.vocab_size * sizeof(float));
         if (!logits) s = NB_ERR_OUT_OF_MEMORY;

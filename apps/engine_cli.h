@@ -33,7 +33,8 @@ static const char nb_cli_engine_usage[] =
     "  --schedule-policy fcfs|lpm     (fcfs)    --max-queued-requests N (0: unbounded)\n"
     "  --context-length N             (default: the model's)   --random-seed N\n"
     "  --cuda-graph-max-bs N          largest decode batch replayed from a CUDA graph (1024; cuda)\n"
-    "  --disable-cuda-graph           run every step eagerly (cuda)\n";
+    "  --disable-cuda-graph           run every step eagerly (cuda)\n"
+    "  --kv-cache-dtype auto|float32|bfloat16  MLA latent rows in the KV cache (auto: float32)\n";
 
 static const char nb_cli_sampling_usage[] =
     "sampling:\n"
@@ -79,7 +80,7 @@ static inline int nb_cli_engine_flag(int argc, char **argv, int *i, nb_engine_pa
                                         "--max-running-requests", "--num-continuous-decode-steps",
                                         "--chunked-prefill-size", "--max-prefill-tokens", "--schedule-policy",
                                         "--max-queued-requests", "--context-length", "--random-seed", "--device",
-                                        "--cuda-graph-max-bs"};
+                                        "--cuda-graph-max-bs", "--kv-cache-dtype"};
     int ours = 0;
     for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) ours |= !strcmp(a, known[k]);
     if (!ours) return 0;
@@ -99,6 +100,13 @@ static inline int nb_cli_engine_flag(int argc, char **argv, int *i, nb_engine_pa
             return -1;
         }
         p->backend = (nb_backend)b;
+    } else if (!strcmp(a, "--kv-cache-dtype")) {
+        int k = nb_kv_cache_dtype_parse(v);
+        if (k < 0) {
+            fprintf(stderr, "nibble: --kv-cache-dtype '%s': auto, float32 (fp32) or bfloat16 (bf16)\n", v);
+            return -1;
+        }
+        p->kv_cache_dtype = (nb_kv_cache_dtype)k;
     } else if (!strcmp(a, "--schedule-policy")) {
         int s = nb_schedule_policy_parse(v);
         if (s < 0) {

@@ -68,23 +68,24 @@ typedef struct nb_cuda_runner {
 #endif
     nb_cuda_graph_stats stats;
     nb_dev_sampler smp; /* GPU sampling (runner.h sample hook, engine/dev_sample.h) */
+    nb_dtype lat_dtype; /* the pool's MLA latent rows (--kv-cache-dtype) */
 } nb_cuda_runner;
 
-nb_status nb_kv_pool_init_on(nb_kv_pool *pool, const nb_model_config *cfg, int64_t n_slots, nb_ops_ctx *ops)
+nb_status nb_kv_pool_init_on(nb_kv_pool *pool, const nb_model_config *cfg, nb_dtype lat_dtype, int64_t n_slots,
+                             nb_ops_ctx *ops)
 {
     memset(pool, 0, sizeof *pool);
     if (n_slots <= 0) return nb_error(NB_ERR_INVALID_ARG, "kv: pool of %lld slots", (long long)n_slots);
-    NB_TRY(nb_kv_layout_for(cfg, &pool->layout));
+    NB_TRY(nb_kv_layout_for(cfg, lat_dtype, &pool->layout));
     pool->n_slots = n_slots;
     pool->device = nb_ops_ctx_device(ops);
-    pool->dtype = NB_DTYPE_F32;
     for (int l = 0; l < pool->layout.n_layers; l++) {
-        size_t bytes = (size_t)n_slots * (size_t)pool->layout.layer[l].row_floats * sizeof(float);
+        size_t bytes = (size_t)n_slots * (size_t)pool->layout.layer[l].row_bytes;
         pool->layer[l] = nb_ops_alloc(ops, bytes);
         if (!pool->layer[l] || nb_ops_memset(ops, pool->layer[l], 0, bytes) != NB_OK) {
             nb_kv_pool_free_on(pool, ops);
-            return nb_error(NB_ERR_OUT_OF_MEMORY, "kv: %lld slots x %lld floats for layer %d on the device",
-                            (long long)n_slots, (long long)pool->layout.layer[l].row_floats, l);
+            return nb_error(NB_ERR_OUT_OF_MEMORY, "kv: %lld slots x %lld bytes for layer %d on the device",
+                            (long long)n_slots, (long long)pool->layout.layer[l].row_bytes, l);
         }
     }
     return NB_OK;
@@ -295,7 +296,7 @@ static nb_status cr_reserve(nb_runner *r, int64_t n_slots)
     nb_kv_pool_free_on(&m->pool, m->dev->ops);
     m->engine_slots = 0;
     if (n_slots <= 0) return nb_error(NB_ERR_INVALID_ARG, "kv: pool of %lld slots", (long long)n_slots);
-    NB_TRY(nb_kv_pool_init_on(&m->pool, &m->dev->cfg, n_slots + 1, m->dev->ops));
+    NB_TRY(nb_kv_pool_init_on(&m->pool, &m->dev->cfg, m->lat_dtype, n_slots + 1, m->dev->ops));
     m->engine_slots = n_slots;
     if (m->graphs_on) {
         m->glogits = nb_ops_alloc(m->dev->ops, (size_t)m->max_bs * (size_t)m->dev->cfg.vocab_size * sizeof(float));
@@ -395,13 +396,13 @@ nb_status nb_cuda_runner_create(const char *spec, const nb_cuda_runner_opts *o, 
     }
     const nb_model_config *c = &m->dev->cfg;
     nb_kv_layout lay;
-    st = nb_kv_layout_for(c, &lay);
+    st = nb_kv_lat_dtype(o->kv_cache_dtype, c, &m->lat_dtype);
+    if (st == NB_OK) st = nb_kv_layout_for(c, m->lat_dtype, &lay);
     if (st != NB_OK) {
         cr_destroy(&m->base);
         return st;
     }
-    int64_t per_token = 0;
-    for (int l = 0; l < lay.n_layers; l++) per_token += lay.layer[l].row_floats * (int64_t)sizeof(float);
+    const int64_t per_token = nb_kv_layout_bytes(&lay);
     /* The engine sizes the KV pool as budget * mem_fraction - weight_bytes: the budget is the
      * GPU's memory and "weights" all that is in use once the model is resident. */
     double in_use = 0;

@@ -10,6 +10,7 @@ typedef struct nb_cuda_runner_opts {
     int graph_max_bs;    /* --cuda-graph-max-bs: largest decode batch replayed from a CUDA graph;
                             0: NB_CUDA_GRAPH_DEFAULT_MAX_BS (256) */
     int disable_graph;   /* --disable-cuda-graph: every step eager */
+    nb_kv_cache_dtype kv_cache_dtype; /* --kv-cache-dtype: the pool's MLA latent rows */
 } nb_cuda_runner_opts;
 
 /* Load `spec` (folder or synthetic:...), copy its weights to GPU o->device and make a runner
@@ -56,7 +57,8 @@ nb_status nb_cuda_model_load(const char *spec, int device, nb_model **host, nb_m
                              nb_checkpoint **ck, int *owns_cfg);
 
 /* A KV pool (engine/forward.h layout) in the memory of `ops`'s backend, zeroed. */
-nb_status nb_kv_pool_init_on(nb_kv_pool *pool, const nb_model_config *cfg, int64_t n_slots, nb_ops_ctx *ops);
+nb_status nb_kv_pool_init_on(nb_kv_pool *pool, const nb_model_config *cfg, nb_dtype lat_dtype, int64_t n_slots,
+                             nb_ops_ctx *ops);
 void nb_kv_pool_free_on(nb_kv_pool *pool, nb_ops_ctx *ops);
 
 #endif

@@ -105,6 +105,14 @@ int nb_backend_parse(const char *s)
     return -1;
 }
 
+int nb_kv_cache_dtype_parse(const char *s)
+{
+    if (!strcmp(s, "auto")) return NB_KV_CACHE_AUTO;
+    if (!strcmp(s, "float32") || !strcmp(s, "fp32")) return NB_KV_CACHE_F32;
+    if (!strcmp(s, "bfloat16") || !strcmp(s, "bf16")) return NB_KV_CACHE_BF16;
+    return -1;
+}
+
 nb_engine_params nb_engine_default_params(void)
 {
     nb_engine_params p;

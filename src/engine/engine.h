@@ -22,9 +22,11 @@ typedef struct nb_engine_parts {
 /* Size the KV cache from params and the runner, start the step thread. */
 nb_status nb_engine_create_from_parts(const nb_engine_params *p, nb_engine_parts *parts, nb_engine **out);
 
-/* Parse "fcfs"/"lpm", "cpu"/"cuda" (for CLI flags). -1 when unknown. */
+/* Parse "fcfs"/"lpm", "cpu"/"cuda", "auto"/"float32"/"bfloat16" (also "fp32", "bf16") for
+ * CLI flags. -1 when unknown. */
 int nb_schedule_policy_parse(const char *s);
 int nb_backend_parse(const char *s);
+int nb_kv_cache_dtype_parse(const char *s);
 
 /* Test hook: block the step loop before each step until nb_engine_test_step(e, n) allows
  * n more steps (so tests can hold requests at a chosen stage). Off by default. */

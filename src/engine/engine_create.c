@@ -40,13 +40,16 @@ nb_status nb_engine_create(const nb_engine_params *p, nb_engine **out)
     parts.mem_budget_bytes = p->cpu_mem_gb > 0 ? p->cpu_mem_gb * 1073741824.0 : nb_phys_mem_bytes() / 2;
     double frac = p->mem_fraction_static > 0 && p->mem_fraction_static <= 1 ? p->mem_fraction_static : 1.0;
     if (p->backend == NB_BACKEND_CUDA) { /* weights and KV on the GPU (engine/cuda_runner.h) */
-        nb_cuda_runner_opts co = {p->device, p->cuda_graph_max_bs, p->disable_cuda_graph};
+        nb_cuda_runner_opts co = {p->device, p->cuda_graph_max_bs, p->disable_cuda_graph, p->kv_cache_dtype};
         NB_TRY(nb_cuda_runner_create(p->model, &co, frac, &parts.runner, &parts.mem_budget_bytes));
     } else {
         if (p->cuda_graph_max_bs || p->disable_cuda_graph)
             NB_LOG_DEBUG("engine", "--cuda-graph-max-bs / --disable-cuda-graph: ignored on the CPU backend");
-        NB_TRY(nb_model_runner_create(p->model, p->threads, parts.mem_budget_bytes * frac, &parts.runner));
+        NB_TRY(nb_model_runner_create(p->model, p->threads, p->kv_cache_dtype, parts.mem_budget_bytes * frac,
+                                      &parts.runner));
     }
+    NB_LOG_INFO("engine", "KV cache rows: %s (--kv-cache-dtype)",
+                p->kv_cache_dtype == NB_KV_CACHE_BF16 ? "MLA latent and k_pe in bfloat16, index keys float32" : "float32");
     const char *base = strrchr(p->model, '/');
     snprintf(parts.model_name, sizeof parts.model_name, "%s", nb_synthetic_is(p->model) || !base || !base[1] ? p->model : base + 1);
 

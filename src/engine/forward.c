@@ -75,18 +75,20 @@ static nb_tensor t3(float *p, int64_t a, int64_t b, int64_t c)
     return t;
 }
 
-/* A view of `width` floats at `off` in each row of a layer's pool: [n_slots, width]. */
-static nb_tensor pool_view(const fwd *f, int l, int64_t off, int64_t width)
+/* A view of `width` elements of dtype dt at byte `at` in each row of a layer's pool:
+ * [n_slots, width] (row stride: the row's bytes in elements; nb_kv_layout_for keeps it whole). */
+static nb_tensor pool_view(const fwd *f, int l, int64_t at, int64_t width, nb_dtype dt)
 {
-    nb_tensor t = t2(f->pool->layer[l] + off, f->pool->n_slots, width);
-    t.stride[0] = f->pool->layout.layer[l].row_floats;
+    nb_tensor t = t2((float *)(void *)(f->pool->layer[l] + at), f->pool->n_slots, width);
+    t.dtype = dt;
+    t.stride[0] = f->pool->layout.layer[l].row_bytes / (int64_t)nb_dtype_size(dt);
     return t;
 }
 
-/* Copy per-token rows src [T, width] (row stride lds) into the pool at `off`. */
-static nb_status pool_write(fwd *f, int l, int64_t off, const float *src, int64_t lds, int64_t width)
+/* Copy per-token rows src [T, width] (row stride lds) into the pool's float32 part at `at`. */
+static nb_status pool_write(fwd *f, int l, int64_t at, const float *src, int64_t lds, int64_t width)
 {
-    nb_tensor st = t2((float *)src, f->T, width), dst = pool_view(f, l, off, width);
+    nb_tensor st = t2((float *)src, f->T, width), dst = pool_view(f, l, at, width, NB_DTYPE_F32);
     st.stride[0] = lds;
     return nb_op_set_rows(f->m->ops, &st, f->rows, &dst);
 }
@@ -192,8 +194,8 @@ static nb_status mla_layer(fwd *f, int l)
     kpe.stride[0] = kva_ld;
     nb_tensor ki_rot = t3(ki_p, T, 1, rope);
     ki_rot.stride[0] = ki_ld;
-    nb_tensor kvs = t2(kva_p, T, r + rope), kvd = pool_view(f, l, lay->latent_off, r + rope);
-    nb_tensor kis = t2(ki_p, T, id), kid = L->has_indexer ? pool_view(f, l, lay->index_off, id) : kis;
+    nb_tensor kvs = t2(kva_p, T, r + rope), kvd = pool_view(f, l, lay->latent_at, r + rope, lay->lat_dtype);
+    nb_tensor kis = t2(ki_p, T, id), kid = L->has_indexer ? pool_view(f, l, lay->index_at, id, NB_DTYPE_F32) : kis;
     kvs.stride[0] = kva_ld;
     kis.stride[0] = ki_ld;
     const nb_tensor *ws_src[] = {&kvs, &kis};
@@ -240,7 +242,7 @@ static nb_status mla_layer(fwd *f, int l)
     if (idx_q) {
         nb_tensor qit = t3(f->qi, T, ih, id), wit = t2(wi_p, T, ih);
         wit.stride[0] = wi_ld;
-        nb_tensor keys = pool_view(f, l, lay->index_off, id);
+        nb_tensor keys = pool_view(f, l, lay->index_at, id, NB_DTYPE_F32);
         NB_TRY(nb_op_dsa_select(ops, &qit, &wit, 1.0f / sqrtf((float)id), &keys, &f->idx, c->index_topk, f->sel_pos,
                                 f->sel_count));
         f->have_sel = 1;
@@ -252,7 +254,8 @@ static nb_status mla_layer(fwd *f, int l)
     }
 
     nb_tensor qt = t3(f->q, T, nh, qk), out = t3(f->att, T, nh, c->v_head_dim);
-    nb_tensor latp = pool_view(f, l, lay->latent_off, r), kpep = pool_view(f, l, lay->kpe_off, rope);
+    nb_tensor latp = pool_view(f, l, lay->latent_at, r, lay->lat_dtype),
+              kpep = pool_view(f, l, lay->kpe_at, rope, lay->lat_dtype);
     nb_mla_dims d = {nh, nope, rope, c->v_head_dim, r};
     NB_TRY(nb_op_mla_attention(ops, m->params.mla_mode, &d, &qt, &latp, &kpep, &L->kv_b_proj, &f->idx, selp,
                                m->attn_scale, &out));
@@ -278,9 +281,10 @@ static nb_status gqa_layer(fwd *f, int l)
     nb_tensor qt = t3(f->q, T, nh, hd), kt = t3(f->k, T, nkv, hd);
     NB_TRY(nb_op_rope(ops, &qt, f->pos, &m->rope));
     NB_TRY(nb_op_rope(ops, &kt, f->pos, &m->rope));
-    NB_TRY(pool_write(f, l, lay->k_off, f->k, (int64_t)nkv * hd, (int64_t)nkv * hd));
-    NB_TRY(pool_write(f, l, lay->v_off, f->v, (int64_t)nkv * hd, (int64_t)nkv * hd));
-    nb_tensor kp = pool_view(f, l, lay->k_off, (int64_t)nkv * hd), vp = pool_view(f, l, lay->v_off, (int64_t)nkv * hd);
+    NB_TRY(pool_write(f, l, lay->k_at, f->k, (int64_t)nkv * hd, (int64_t)nkv * hd));
+    NB_TRY(pool_write(f, l, lay->v_at, f->v, (int64_t)nkv * hd, (int64_t)nkv * hd));
+    nb_tensor kp = pool_view(f, l, lay->k_at, (int64_t)nkv * hd, NB_DTYPE_F32),
+              vp = pool_view(f, l, lay->v_at, (int64_t)nkv * hd, NB_DTYPE_F32);
     nb_tensor kp3 = t3(kp.data, kp.shape[0], nkv, hd), vp3 = t3(vp.data, vp.shape[0], nkv, hd);
     kp3.stride[0] = vp3.stride[0] = kp.stride[0];
     nb_tensor out = t3(f->att, T, nh, hd);
@@ -332,16 +336,16 @@ nb_status nb_forward_check(const nb_model *m, const nb_kv_pool *pool, const nb_b
     if (pool->layout.n_layers != c->num_layers)
         return nb_error(NB_ERR_INVALID_ARG, "forward: KV pool has %d layers, the model %d", pool->layout.n_layers,
                         c->num_layers);
-    if (pool->device != nb_ops_ctx_device(m->ops) || pool->dtype != NB_DTYPE_F32)
-        return nb_error(NB_ERR_INVALID_ARG, "forward: the KV pool must be F32 on the model's device (%s)",
+    if (pool->device != nb_ops_ctx_device(m->ops))
+        return nb_error(NB_ERR_INVALID_ARG, "forward: the KV pool must be on the model's device (%s)",
                         nb_ops_ctx_device(m->ops) == NB_DEVICE_CUDA ? "cuda" : "cpu");
     nb_kv_layout want;
-    NB_TRY(nb_kv_layout_for(c, &want));
+    NB_TRY(nb_kv_layout_for(c, pool->layout.layer[0].lat_dtype, &want));
     for (int l = 0; l < c->num_layers; l++)
         if (memcmp(&want.layer[l], &pool->layout.layer[l], sizeof want.layer[l]) != 0)
-            return nb_error(NB_ERR_INVALID_ARG, "forward: KV pool layer %d has rows of %lld floats laid out for another "
-                            "model (this one needs %lld)", l, (long long)pool->layout.layer[l].row_floats,
-                            (long long)want.layer[l].row_floats);
+            return nb_error(NB_ERR_INVALID_ARG, "forward: KV pool layer %d has rows of %lld bytes laid out for another "
+                            "model (this one needs %lld)", l, (long long)pool->layout.layer[l].row_bytes,
+                            (long long)want.layer[l].row_bytes);
     int64_t tot = 0, slots = 0;
     for (int s = 0; s < b->n_seqs; s++) {
         const nb_seq_step *q = &b->seqs[s];

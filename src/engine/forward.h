@@ -3,14 +3,18 @@
  * KV pool. Exercised by: nibble score / nibble generate, tests/golden/, tests/model/.
  *
  * KV pool contract (the paged cache of src/engine builds on it):
- * - Per layer, a pool of rows, one row per token slot, `row_floats(layer)` elements each
- *   (float32 on CPU). A row holds the family's per-token entry:
+ * - Per layer, a pool of rows, one row per token slot, `row_bytes` bytes each. A row holds
+ *   the family's per-token entry:
  *     MLA (glm_moe_dsa, deepseek_v3): [kv_lora_rank latent (after kv_a_layernorm)]
  *                                     [qk_rope_head_dim roped k_pe]
  *                                     [index_head_dim indexer key (roped, LayerNorm'd), only
  *                                      when the layer computes its own DSA selection]
  *     GQA (glm4_moe, qwen3_moe):      [K of all kv heads (normed, roped)][V of all kv heads]
- *   The offsets are in nb_kv_layout.
+ *   The MLA latent and k_pe are float32 or BF16 (`lat_dtype`, --kv-cache-dtype); the indexer
+ *   key and GQA's K and V are always float32 (a BF16 indexer key flips glm_moe_dsa's top-k:
+ *   docs/cuda-backend.md). The byte offsets are in nb_kv_layout; every part starts on a
+ *   16-byte boundary where the dims allow it (GLM-5: latent 0, k_pe 1024, key 1152 of 1664
+ *   bytes in BF16; 0, 2048, 2304 of 2816 in float32).
  * - A sequence's token at position p lives at row slots[p]; the caller owns the slot array
  *   (a contiguous cache is slots[p] = base + p). The forward pass writes the rows of this
  *   step's tokens and reads every earlier row through the same array; it never reads a row
@@ -25,11 +29,12 @@
 #include "nibble.h"
 #include "ops/ops.h"
 
-/* Offsets (in elements) inside one row; -1 when the layer lacks that part. */
+/* Offsets in bytes inside one row; -1 when the layer lacks that part. */
 typedef struct nb_kv_layer_layout {
-    int64_t row_floats;
-    int64_t latent_off, kpe_off, index_off; /* MLA */
-    int64_t k_off, v_off;                   /* GQA */
+    int64_t row_bytes;
+    int64_t latent_at, kpe_at, index_at; /* MLA: latent and k_pe of lat_dtype, key float32 */
+    int64_t k_at, v_at;                  /* GQA: float32 */
+    nb_dtype lat_dtype;                  /* MLA: F32 or BF16 (GQA layers: F32) */
 } nb_kv_layer_layout;
 
 typedef struct nb_kv_layout {
@@ -37,22 +42,27 @@ typedef struct nb_kv_layout {
     nb_kv_layer_layout layer[NB_MAX_LAYERS];
 } nb_kv_layout;
 
-/* The per-token row layout of every layer for this config. */
-nb_status nb_kv_layout_for(const nb_model_config *cfg, nb_kv_layout *out);
+/* The per-token row layout of every layer for this config with MLA latent rows of lat_dtype
+ * (F32 or BF16; NB_ERR_INVALID_ARG for anything else, and for BF16 with a GQA model, whose
+ * rows are float32 only). */
+nb_status nb_kv_layout_for(const nb_model_config *cfg, nb_dtype lat_dtype, nb_kv_layout *out);
+/* The dtype of a pool's MLA latent rows for --kv-cache-dtype kv on this model (nibble.h):
+ * F32 or BF16; auto is float32 (docs/cuda-backend.md, "The BF16 latent cache"). Sets *out. */
+nb_status nb_kv_lat_dtype(nb_kv_cache_dtype kv, const nb_model_config *cfg, nb_dtype *out);
+/* Bytes per token slot summed over the layers of a layout. */
+int64_t nb_kv_layout_bytes(const nb_kv_layout *lay);
 
 typedef struct nb_kv_pool {
     nb_kv_layout layout;
     int64_t n_slots;
     nb_device device;
-    nb_dtype dtype;                 /* F32 on CPU */
-    float *layer[NB_MAX_LAYERS];    /* [n_slots, row_floats] per layer */
+    unsigned char *layer[NB_MAX_LAYERS]; /* [n_slots, row_bytes] per layer */
 } nb_kv_pool;
 
 /* Allocate a pool of n_slots rows per layer (zeroed) on the CPU. */
-nb_status nb_kv_pool_init(nb_kv_pool *pool, const nb_model_config *cfg, int64_t n_slots);
+nb_status nb_kv_pool_init(nb_kv_pool *pool, const nb_model_config *cfg, nb_dtype lat_dtype, int64_t n_slots);
 void nb_kv_pool_free(nb_kv_pool *pool);
-/* Elements and bytes of one row of one layer; bytes summed over layers per token slot. */
-int64_t nb_kv_row_floats(const nb_kv_pool *pool, int layer);
+/* Bytes of one row of one layer; bytes summed over layers per token slot. */
 size_t nb_kv_row_bytes(const nb_kv_pool *pool, int layer);
 size_t nb_kv_bytes_per_slot(const nb_kv_pool *pool);
 

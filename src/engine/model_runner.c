@@ -18,6 +18,7 @@ typedef struct nb_model_runner {
     nb_model_config cfg;  /* synthetic: owned here (the model borrows it) */
     nb_checkpoint *ck;    /* synthetic: owned here */
     int owns_cfg;
+    nb_dtype lat_dtype; /* the pool's MLA latent rows */
     nb_kv_pool pool;
 } nb_model_runner;
 
@@ -37,7 +38,7 @@ static nb_status nb_mr_reserve(nb_runner *r, int64_t n_slots)
 {
     nb_model_runner *m = (nb_model_runner *)r;
     nb_kv_pool_free(&m->pool);
-    return nb_kv_pool_init(&m->pool, &m->model->cfg, n_slots);
+    return nb_kv_pool_init(&m->pool, &m->model->cfg, m->lat_dtype, n_slots);
 }
 
 static void nb_mr_destroy(nb_runner *r)
@@ -72,7 +73,8 @@ static nb_status nb_synthetic_check_size(const char *spec, double max_bytes)
     return NB_OK;
 }
 
-nb_status nb_model_runner_create(const char *spec, int threads, double max_weight_bytes, nb_runner **out)
+nb_status nb_model_runner_create(const char *spec, int threads, nb_kv_cache_dtype kv, double max_weight_bytes,
+                                 nb_runner **out)
 {
     *out = NULL;
     nb_model_runner *m = calloc(1, sizeof *m);
@@ -96,13 +98,13 @@ nb_status nb_model_runner_create(const char *spec, int threads, double max_weigh
     }
     const nb_model_config *c = &m->model->cfg;
     nb_kv_layout lay;
-    st = nb_kv_layout_for(c, &lay);
+    st = nb_kv_lat_dtype(kv, c, &m->lat_dtype);
+    if (st == NB_OK) st = nb_kv_layout_for(c, m->lat_dtype, &lay);
     if (st != NB_OK) {
         nb_mr_destroy(&m->base);
         return st;
     }
-    int64_t per_token = 0;
-    for (int l = 0; l < lay.n_layers; l++) per_token += lay.layer[l].row_floats * (int64_t)sizeof(float);
+    const int64_t per_token = nb_kv_layout_bytes(&lay);
     double wb = 0;
     const nb_checkpoint *ck = m->model->ck;
     for (int i = 0; i < nb_checkpoint_count(ck); i++) wb += (double)nb_checkpoint_at(ck, i)->nbytes;

@@ -156,8 +156,10 @@ nb_status nb_ops_join(nb_ops_ctx *ctx);
 
 /* ---- row movement (the KV pool writes and the logit rows of the forward pass) --------- */
 
-/* dst[rows[t], :] = src[t, :]. src: F32 [T, w]; dst: F32 [n, w] (row stride free); rows: I32
- * [T] on the op's device. A row outside [0, n) is NB_ERR_INVALID_ARG on CPU, skipped on CUDA. */
+/* dst[rows[t], :] = src[t, :]. src: F32 [T, w]; dst: F32 or BF16 [n, w] (row stride free; a
+ * BF16 dst takes each value rounded to nearest even: the KV pool's BF16 latent rows, forward.h);
+ * rows: I32 [T] on the op's device. A row outside [0, n) is NB_ERR_INVALID_ARG on CPU, skipped
+ * on CUDA. */
 nb_status nb_op_set_rows(nb_ops_ctx *ctx, const nb_tensor *src, const int32_t *rows, nb_tensor *dst);
 /* out[r, :] = x[rows[r], :]. x: F32 [T, w]; out: F32 [R, w]; rows I32 [R] on the op's device. */
 nb_status nb_op_get_rows(nb_ops_ctx *ctx, const nb_tensor *x, const int32_t *rows, nb_tensor *out);
@@ -294,8 +296,9 @@ nb_status nb_op_attention(nb_ops_ctx *ctx, const nb_tensor *q, const nb_tensor *
 
 /* MLA attention over the compressed cache (GLM-5, DeepSeek-V3).
  * q: F32 [T, n_heads, nope + rope] (q_pe already rotated);
- * latent_pool: F32 [rows, kv_lora_rank] (kv_a_layernorm output); kpe_pool: F32 [rows, rope]
- * (rotated k_pe); kv_b: [n_heads * (nope + v), kv_lora_rank];
+ * latent_pool: [rows, kv_lora_rank] (kv_a_layernorm output); kpe_pool: [rows, rope] (rotated
+ * k_pe); both F32 or both BF16 (the pool's `--kv-cache-dtype`; row strides free);
+ * kv_b: [n_heads * (nope + v), kv_lora_rank];
  * out: F32 [T, n_heads, v].
  * NAIVE expands each attended latent through kv_b_proj into per-head k_nope and v (as HF
  * does); ABSORBED folds kv_b into the query (q_nope . W_uk) and the output (W_uv . o_lat)

@@ -122,7 +122,7 @@ static void stats(nb_cuda_graph_stats *g) { nb_cuda_runner_graph_stats(G, g); }
 
 static void test_graph_vs_eager(void)
 {
-    nb_cuda_runner_opts og = {0, MAX_BS, 0}, oe = {0, MAX_BS, 1};
+    nb_cuda_runner_opts og = {0, MAX_BS, 0, NB_KV_CACHE_AUTO}, oe = {0, MAX_BS, 1, NB_KV_CACHE_AUTO};
     double kv;
     if (!nb_cuda_test_require_gpu()) {
         nb_test_skip("no GPU");
@@ -198,7 +198,7 @@ static void test_graph_vs_eager(void)
 
 static void test_bad_max_bs(void)
 {
-    nb_cuda_runner_opts o = {0, 5000, 0};
+    nb_cuda_runner_opts o = {0, 5000, 0, NB_KV_CACHE_AUTO};
     nb_runner *r = NULL;
     double kv;
     /* checked before anything loads, GPU or not */

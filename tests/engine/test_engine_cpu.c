@@ -43,9 +43,9 @@ static void on_ev_choice(const nb_engine_event *ev, void *u) { on_ev(ev, (outc *
 static void test_glm5_tiny_sane(void)
 {
     nb_runner *r;
-    NB_CHECK_STATUS(nb_model_runner_create("synthetic:glm5", 0, 8e9, &r), NB_ERR_OUT_OF_MEMORY); /* ~0.4 TiB (NVFP4 experts) */
+    NB_CHECK_STATUS(nb_model_runner_create("synthetic:glm5", 0, NB_KV_CACHE_AUTO, 8e9, &r), NB_ERR_OUT_OF_MEMORY); /* ~0.4 TiB (NVFP4 experts) */
     NB_CHECK(strstr(nb_last_error(), "GiB of weights") != NULL);
-    NB_CHECK_OK(nb_model_runner_create("synthetic:glm5-tiny", 0, 8e9, &r));
+    NB_CHECK_OK(nb_model_runner_create("synthetic:glm5-tiny", 0, NB_KV_CACHE_AUTO, 8e9, &r));
     if (!r) return;
     NB_CHECK(r->vocab_size == 272 && r->n_eos == 3);
     NB_CHECK_OK(r->reserve_kv(r, 256));
@@ -425,7 +425,62 @@ static void test_choices_share_prompt(void)
     nb_engine_destroy(e);
 }
 
+/* --kv-cache-dtype: the names, and glm5-tiny on a BF16 latent cache: fewer bytes per token
+ * (latent + k_pe in BF16, the DSA keys float32), the same prompt's logits within BF16 error of
+ * the float32 cache's, and the engine serving a request on it. */
+static void test_kv_cache_dtype(void)
+{
+    NB_CHECK(nb_kv_cache_dtype_parse("auto") == NB_KV_CACHE_AUTO);
+    NB_CHECK(nb_kv_cache_dtype_parse("float32") == NB_KV_CACHE_F32 && nb_kv_cache_dtype_parse("fp32") == NB_KV_CACHE_F32);
+    NB_CHECK(nb_kv_cache_dtype_parse("bfloat16") == NB_KV_CACHE_BF16 && nb_kv_cache_dtype_parse("bf16") == NB_KV_CACHE_BF16);
+    NB_CHECK(nb_kv_cache_dtype_parse("fp8") < 0 && nb_kv_cache_dtype_parse("") < 0 && nb_kv_cache_dtype_parse("BF16") < 0);
+    nb_runner *r[2] = {NULL, NULL};
+    float *lg[2] = {malloc(272 * sizeof(float)), malloc(272 * sizeof(float))};
+    int32_t prompt[80], slots[80];
+    for (int i = 0; i < 80; i++) {
+        prompt[i] = (int32_t)(nb_mix64((uint64_t)i + 7) % 256);
+        slots[i] = 79 - i;
+    }
+    for (int k = 0; k < 2; k++) {
+        NB_CHECK_OK(nb_model_runner_create("synthetic:glm5-tiny", 0, k ? NB_KV_CACHE_BF16 : NB_KV_CACHE_F32, 8e9, &r[k]));
+        if (!r[k]) return;
+        NB_CHECK_OK(r[k]->reserve_kv(r[k], 128));
+        nb_seq_step s = {.tokens = prompt, .n_tokens = 80, .start_pos = 0, .slots = slots, .all_logits = 0};
+        nb_batch b = {.n_seqs = 1, .seqs = &s};
+        NB_CHECK_OK(r[k]->forward(r[k], &b, lg[k]));
+    }
+    fprintf(stderr, "  glm5-tiny KV bytes per token: float32 %lld, BF16 latent %lld\n", (long long)r[0]->kv_bytes_per_token,
+            (long long)r[1]->kv_bytes_per_token);
+    NB_CHECK(r[1]->kv_bytes_per_token < r[0]->kv_bytes_per_token * 3 / 4);
+    double d = 0, n = 0;
+    for (int v = 0; v < 272; v++) d += (lg[0][v] - lg[1][v]) * (lg[0][v] - lg[1][v]), n += lg[0][v] * lg[0][v];
+    fprintf(stderr, "  glm5-tiny logits, BF16 latent cache against float32: rel err %.3g\n", sqrt(d / n));
+    NB_CHECK(sqrt(d / n) <= 1e-2 && d > 0); /* different (rounded rows), and close */
+    for (int k = 0; k < 2; k++) r[k]->destroy(r[k]), free(lg[k]);
+
+    nb_engine_params p = nb_engine_default_params();
+    p.model = "synthetic:glm5-tiny";
+    p.kv_cache_dtype = NB_KV_CACHE_BF16;
+    p.max_total_tokens = 1024;
+    p.cpu_mem_gb = 1;
+    nb_engine *e = NULL;
+    NB_CHECK_OK(nb_engine_create(&p, &e));
+    if (!e) return;
+    nb_sampling_params sp = nb_sampling_default_params();
+    sp.temperature = 0;
+    sp.max_tokens = 6;
+    sp.ignore_eos = 1;
+    outc o;
+    memset(&o, 0, sizeof o);
+    pthread_mutex_init(&o.mu, NULL);
+    NB_CHECK_OK(nb_engine_submit(e, prompt, 20, &sp, on_ev, &o, NULL));
+    nb_engine_wait_idle(e);
+    NB_CHECK(o.finished == 1 && o.n == 6 && o.why == NB_FINISH_LENGTH);
+    nb_engine_destroy(e);
+}
+
 static const nb_test tests[] = {
+    {"kv_cache_dtype", test_kv_cache_dtype},
     {"choices_share_prompt", test_choices_share_prompt},
     {"synthetic_families", test_synthetic_families},
     {"glm5_tiny_text_and_stops", test_glm5_tiny_text_and_stops},

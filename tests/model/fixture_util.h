@@ -43,11 +43,12 @@ static inline double fx_rel_err(const float *a, const float *b, int n)
     return sqrt(d) / (sqrt(r) + 1e-30);
 }
 
-/* Logits [n, vocab] of ids in one prefill step over a fresh contiguous pool. NULL on error. */
-static inline float *fx_score(nb_model *m, const int32_t *ids, int n)
+/* Logits [n, vocab] of ids in one prefill step over a fresh contiguous pool whose MLA latent
+ * rows are `lat` (F32 or BF16). NULL on error. */
+static inline float *fx_score_dt(nb_model *m, const int32_t *ids, int n, nb_dtype lat)
 {
     nb_kv_pool pool;
-    if (nb_kv_pool_init(&pool, &m->cfg, n) != NB_OK) return NULL;
+    if (nb_kv_pool_init(&pool, &m->cfg, lat, n) != NB_OK) return NULL;
     int32_t *slots = malloc(sizeof(int32_t) * (size_t)n);
     float *lg = malloc(sizeof(float) * (size_t)n * (size_t)m->cfg.vocab_size);
     for (int i = 0; i < n; i++) slots[i] = i;
@@ -63,6 +64,8 @@ static inline float *fx_score(nb_model *m, const int32_t *ids, int n)
     }
     return lg;
 }
+
+static inline float *fx_score(nb_model *m, const int32_t *ids, int n) { return fx_score_dt(m, ids, n, NB_DTYPE_F32); }
 
 /* Copy every tensor of src into a new in-memory checkpoint; xform (may be NULL) may add
  * replacement tensors itself and return 1 to skip the original. */

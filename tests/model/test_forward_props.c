@@ -22,18 +22,27 @@ static nb_model *load(const char *family)
     return m;
 }
 
+/* Decode steps over the cache == one recompute, per family; MLA families also with the BF16
+ * latent cache (both sides read the same rounded rows). */
 static void test_decode_equals_recompute(void)
 {
-    for (size_t f = 0; f < NB_ARRAY_LEN(families); f++) {
-        nb_model *m = load(families[f]);
+    for (size_t f = 0; f < 2 * NB_ARRAY_LEN(families); f++) {
+        const int bf = f >= NB_ARRAY_LEN(families);
+        const char *fam = families[f % NB_ARRAY_LEN(families)];
+        nb_model *m = load(fam);
         if (!m) continue;
+        if (bf && m->cfg.attn != NB_ATTN_MLA) {
+            nb_model_free(m);
+            continue;
+        }
+        const nb_dtype lat = bf ? NB_DTYPE_BF16 : NB_DTYPE_F32;
         int32_t ids[64];
-        int n = fx_long_ids(families[f], ids, 64);
+        int n = fx_long_ids(fam, ids, 64);
         NB_CHECK(n > 8);
         const int V = m->cfg.vocab_size;
-        float *full = fx_score(m, ids, n);
+        float *full = fx_score_dt(m, ids, n, lat);
         nb_kv_pool pool;
-        NB_CHECK_OK(nb_kv_pool_init(&pool, &m->cfg, n));
+        NB_CHECK_OK(nb_kv_pool_init(&pool, &m->cfg, lat, n));
         int32_t slots[64];
         for (int i = 0; i < n; i++) slots[i] = i;
         float *row = malloc(sizeof(float) * (size_t)V);
@@ -44,8 +53,9 @@ static void test_decode_equals_recompute(void)
             NB_CHECK_OK(nb_forward(m, &pool, &b, row));
             worst = fmax(worst, fx_rel_err(row, full + (int64_t)p * V, V));
         }
-        fprintf(stderr, "  %s: %d decode steps vs recompute, max rel err %.3g\n", families[f], n, worst);
-        NB_CHECK_MSG(worst <= NB_TOL_RECOMPUTE, "%s: %.3g", families[f], worst);
+        fprintf(stderr, "  %s%s: %d decode steps vs recompute, max rel err %.3g\n", fam, bf ? " (BF16 latent cache)" : "",
+                n, worst);
+        NB_CHECK_MSG(worst <= NB_TOL_RECOMPUTE, "%s: %.3g", fam, worst);
         free(row);
         free(full);
         nb_kv_pool_free(&pool);
@@ -63,7 +73,7 @@ static void test_chunked_prefill(void)
         const int V = m->cfg.vocab_size;
         float *full = fx_score(m, ids, n);
         nb_kv_pool pool;
-        NB_CHECK_OK(nb_kv_pool_init(&pool, &m->cfg, n));
+        NB_CHECK_OK(nb_kv_pool_init(&pool, &m->cfg, NB_DTYPE_F32, n));
         int32_t slots[64];
         for (int i = 0; i < n; i++) slots[i] = i;
         float *part = malloc(sizeof(float) * (size_t)n * (size_t)V);
@@ -112,7 +122,7 @@ static void test_batch_equals_alone(void)
         for (int i = 0; i < lb; i++) sb[i] = perm[k++];
         for (int i = 0; i < lc; i++) sc[i] = perm[k++];
         nb_kv_pool pool;
-        NB_CHECK_OK(nb_kv_pool_init(&pool, &m->cfg, rows));
+        NB_CHECK_OK(nb_kv_pool_init(&pool, &m->cfg, NB_DTYPE_F32, rows));
         /* step 1: A prefill [0, la-1), B prefill [0, 10), C prefill [0, 6) */
         nb_seq_step s1[3] = {{A, la - 1, 0, sa, 1}, {B, 10, 0, sb, 1}, {C, 6, 0, sc, 0}};
         nb_batch b1 = {3, s1};
@@ -148,7 +158,7 @@ static void test_bad_batches(void)
     nb_model *m = load("qwen3_moe");
     if (!m) return;
     nb_kv_pool pool;
-    NB_CHECK_OK(nb_kv_pool_init(&pool, &m->cfg, 4));
+    NB_CHECK_OK(nb_kv_pool_init(&pool, &m->cfg, NB_DTYPE_F32, 4));
     int32_t ids[2] = {9, 10}, slots[2] = {0, 4};
     float lg[2 * 512];
     nb_seq_step st = {ids, 2, 0, slots, 1};
@@ -163,7 +173,7 @@ static void test_bad_batches(void)
     /* a pool laid out for another model is refused */
     nb_model *other = load("glm4_moe");
     if (other) {
-        NB_CHECK_OK(nb_kv_pool_init(&pool, &other->cfg, 4));
+        NB_CHECK_OK(nb_kv_pool_init(&pool, &other->cfg, NB_DTYPE_F32, 4));
         ids[1] = 10;
         NB_CHECK_STATUS(nb_forward(m, &pool, &b, lg), NB_ERR_INVALID_ARG);
         NB_CHECK(strstr(nb_last_error(), "another model") != NULL);
@@ -173,40 +183,62 @@ static void test_bad_batches(void)
     nb_model_free(m);
 }
 
-/* Row layouts of the KV contract (engine/forward.h) for each fixture's config. */
+/* Row layouts of the KV contract (engine/forward.h) for each fixture's config, in bytes, with
+ * float32 and BF16 latent rows (BF16: 16-byte aligned parts; GQA models refuse BF16). */
 static void test_kv_layout(void)
 {
     const struct {
         const char *family;
-        int64_t row[3];
+        int64_t row[3], row16[3]; /* bytes: float32 rows, BF16 latent rows (0: refused) */
     } want[] = {
-        {"glm_moe_dsa", {32 + 16 + 32, 32 + 16 + 32, 32 + 16}}, /* latent, k_pe, indexer key ("shared" layer 2: none) */
-        {"deepseek_v3", {48, 48, 48}},
-        {"glm4_moe", {2 * 2 * 48, 2 * 2 * 48, 2 * 2 * 48}}, /* K and V of 2 kv heads x 48 */
-        {"qwen3_moe", {2 * 2 * 40, 2 * 2 * 40, 2 * 2 * 40}},
+        /* latent 32, k_pe 16, indexer key 32 ("shared" layer 2: none); BF16: 64 + 32, the key
+         * at 96, 224 bytes */
+        {"glm_moe_dsa", {4 * 80, 4 * 80, 4 * 48}, {224, 224, 96}},
+        {"deepseek_v3", {4 * 48, 4 * 48, 4 * 48}, {96, 96, 96}},
+        {"glm4_moe", {4 * 2 * 2 * 48, 4 * 2 * 2 * 48, 4 * 2 * 2 * 48}, {0, 0, 0}}, /* K and V of 2 kv heads x 48 */
+        {"qwen3_moe", {4 * 2 * 2 * 40, 4 * 2 * 2 * 40, 4 * 2 * 2 * 40}, {0, 0, 0}},
     };
     for (size_t f = 0; f < NB_ARRAY_LEN(want); f++) {
         char dir[128];
         snprintf(dir, sizeof dir, "tests/fixtures/%s", want[f].family);
         nb_model_config cfg;
         NB_CHECK_OK(nb_model_config_load(dir, &cfg));
-        nb_kv_pool pool;
-        NB_CHECK_OK(nb_kv_pool_init(&pool, &cfg, 3));
-        size_t total = 0;
-        for (int l = 0; l < 3; l++) {
-            NB_CHECK_MSG(nb_kv_row_floats(&pool, l) == want[f].row[l], "%s layer %d: %lld floats", want[f].family, l,
-                         (long long)nb_kv_row_floats(&pool, l));
-            total += (size_t)want[f].row[l] * 4;
+        for (int bf = 0; bf < 2; bf++) {
+            const nb_dtype dt = bf ? NB_DTYPE_BF16 : NB_DTYPE_F32;
+            const int64_t *row = bf ? want[f].row16 : want[f].row;
+            nb_kv_pool pool;
+            if (!row[0]) {
+                NB_CHECK_STATUS(nb_kv_pool_init(&pool, &cfg, dt, 3), NB_ERR_INVALID_ARG);
+                nb_dtype lat;
+                NB_CHECK_STATUS(nb_kv_lat_dtype(NB_KV_CACHE_BF16, &cfg, &lat), NB_ERR_INVALID_ARG);
+                NB_CHECK_MSG(strstr(nb_last_error(), "MLA") != NULL, "%s", nb_last_error());
+                continue;
+            }
+            NB_CHECK_OK(nb_kv_pool_init(&pool, &cfg, dt, 3));
+            size_t total = 0;
+            for (int l = 0; l < 3; l++) {
+                NB_CHECK_MSG((int64_t)nb_kv_row_bytes(&pool, l) == row[l], "%s %s layer %d: %lld bytes",
+                             want[f].family, nb_dtype_name(dt), l, (long long)nb_kv_row_bytes(&pool, l));
+                total += (size_t)row[l];
+            }
+            NB_CHECK(nb_kv_bytes_per_slot(&pool) == total);
+            const nb_kv_layer_layout *L = &pool.layout.layer[0];
+            if (cfg.attn == NB_ATTN_MLA) {
+                const int64_t es = bf ? 2 : 4;
+                NB_CHECK(L->lat_dtype == dt && L->latent_at == 0 && L->kpe_at == cfg.kv_lora_rank * es && L->k_at < 0);
+                if (L->index_at >= 0) NB_CHECK(L->index_at % 16 == 0 && L->index_at >= (cfg.kv_lora_rank + cfg.qk_rope_head_dim) * es);
+            } else {
+                NB_CHECK(L->k_at == 0 && L->v_at == (int64_t)cfg.num_kv_heads * cfg.head_dim * 4 && L->latent_at < 0);
+            }
+            nb_kv_pool_free(&pool);
         }
-        NB_CHECK(nb_kv_bytes_per_slot(&pool) == total);
-        const nb_kv_layer_layout *L = &pool.layout.layer[0];
-        if (cfg.attn == NB_ATTN_MLA)
-            NB_CHECK(L->latent_off == 0 && L->kpe_off == cfg.kv_lora_rank && L->k_off < 0);
-        else
-            NB_CHECK(L->k_off == 0 && L->v_off == (int64_t)cfg.num_kv_heads * cfg.head_dim && L->latent_off < 0);
-        nb_kv_pool_free(&pool);
         nb_model_config_free(&cfg);
     }
+    nb_kv_layout lay;
+    nb_model_config cfg;
+    NB_CHECK_OK(nb_model_config_load("tests/fixtures/deepseek_v3", &cfg));
+    NB_CHECK_STATUS(nb_kv_layout_for(&cfg, NB_DTYPE_F16, &lay), NB_ERR_INVALID_ARG);
+    nb_model_config_free(&cfg);
 }
 
 static const nb_test tests[] = {

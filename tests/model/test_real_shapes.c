@@ -39,7 +39,7 @@ static void test_glm5_shapes(void)
     for (int i = 0; la && ln && i < N; i++) forms = fmax(forms, fx_rel_err(la + (int64_t)i * V, ln + (int64_t)i * V, V));
     /* decode the last 4 positions one at a time after a prefill of the rest */
     nb_kv_pool pool;
-    NB_CHECK_OK(nb_kv_pool_init(&pool, &cfg, N));
+    NB_CHECK_OK(nb_kv_pool_init(&pool, &cfg, NB_DTYPE_F32, N));
     int32_t slots[N];
     for (int i = 0; i < N; i++) slots[i] = N - 1 - i; /* reversed rows */
     float *row = malloc(sizeof(float) * (size_t)V);

@@ -240,8 +240,8 @@ static void test_load(void)
     nb_kv_pool pa, pb;
     const size_t nlog = (size_t)T * (size_t)c->vocab_size;
     float *la = malloc(nlog * sizeof(float)), *lb = malloc(nlog * sizeof(float));
-    NB_CHECK_OK(nb_kv_pool_init_on(&pa, c, 64, A.dev->ops));
-    NB_CHECK_OK(nb_kv_pool_init_on(&pb, c, 64, B.dev->ops));
+    NB_CHECK_OK(nb_kv_pool_init_on(&pa, c, NB_DTYPE_F32, 64, A.dev->ops));
+    NB_CHECK_OK(nb_kv_pool_init_on(&pb, c, NB_DTYPE_F32, 64, B.dev->ops));
     NB_CHECK_OK(nb_forward(A.dev, &pa, &b, la));
     NB_CHECK_OK(nb_forward(B.dev, &pb, &b, lb));
     double md = 0, mx = 0;

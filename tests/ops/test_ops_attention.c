@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "format/numerics.h"
 #include "nbtest.h"
 #include "ops/ops.h"
 
@@ -172,6 +173,34 @@ static void mla_case(int nseq, int with_sel, nb_wfmt kvfmt)
             }
         }
         for (int c = 0; c < vd; c++) NB_CHECK_NEAR(o1[(t * nh + h) * vd + c], o[c], 1e-4 * (1 + fabs(o[c])));
+    }
+    /* A BF16 latent cache (--kv-cache-dtype bfloat16): rows [latent | k_pe | 4 pad] of BF16 give
+     * exactly what float32 pools holding the same rounded values give, in both forms; a pool
+     * of mixed dtypes is refused. */
+    {
+        const int ld = r + rope + 4;
+        nb_bf16 *rows16 = calloc((size_t)rows * ld, sizeof *rows16);
+        float *latr = malloc(sizeof(float) * rows * r), *kper = malloc(sizeof(float) * rows * rope);
+        for (int i = 0; i < rows; i++) {
+            for (int c = 0; c < r; c++) latr[i * r + c] = nb_bf16_to_f32(rows16[i * ld + c] = nb_f32_to_bf16(lat[i * r + c]));
+            for (int c = 0; c < rope; c++)
+                kper[i * rope + c] = nb_bf16_to_f32(rows16[i * ld + r + c] = nb_f32_to_bf16(kpe[i * rope + c]));
+        }
+        nb_tensor l16 = nb_tensor_2d(rows16, NB_DTYPE_BF16, rows, r), k16 = nb_tensor_2d(rows16 + r, NB_DTYPE_BF16, rows, rope);
+        l16.stride[0] = k16.stride[0] = ld;
+        nb_tensor lr = nb_tensor_2d(latr, NB_DTYPE_F32, rows, r), kr = nb_tensor_2d(kper, NB_DTYPE_F32, rows, rope);
+        for (int mode = 0; mode < 2; mode++) {
+            const nb_mla_mode mm = mode ? NB_MLA_NAIVE : NB_MLA_ABSORBED;
+            memset(o1, 0xff, sizeof(float) * T * nh * vd);
+            NB_CHECK_OK(nb_op_mla_attention(ctx(), mm, &d, &qt, &l16, &k16, &kv, &idx, sp_, 0.3f, &a));
+            NB_CHECK_OK(nb_op_mla_attention(ctx(), mm, &d, &qt, &lr, &kr, &kv, &idx, sp_, 0.3f, &b));
+            NB_CHECK_MSG(memcmp(o1, o2, sizeof(float) * T * nh * vd) == 0, "BF16 rows != float32 rounded rows (%s)",
+                         mode ? "naive" : "absorbed");
+        }
+        NB_CHECK_STATUS(nb_op_mla_attention(ctx(), NB_MLA_ABSORBED, &d, &qt, &l16, &kr, &kv, &idx, sp_, 0.3f, &a),
+                        NB_ERR_INVALID_ARG);
+        NB_CHECK(strstr(nb_last_error(), "same dtype") != NULL);
+        free(rows16), free(latr), free(kper);
     }
     free(lat), free(kpe), free(kvw), free(q), free(o1), free(o2), free(packed), free(scales);
 }

@@ -129,6 +129,52 @@ static void test_set_rows_n(void)
     free(src), free(pa), free(pb);
 }
 
+/* set_rows into BF16 rows: each value rounded to nearest even (a tie, a value that rounds up,
+ * NaN, infinities), a mixed set_rows_n (a BF16 part beside a float32 part of one row), and a
+ * row outside the pool refused before anything is written. */
+static void test_set_rows_bf16(void)
+{
+    enum { T = 2, W = 8, N = 4, LD = 16 }; /* a row: 8 BF16 (16 bytes), then 4 float32 at byte 16 */
+    float src[T * W] = {1.0f, -2.5f, 3.14159f, 65504.0f, 0, -0.0f, 1e-30f, 3e38f};
+    uint32_t tie = 0x3f808000u, up = 0x3f808001u, tie_odd = 0x3f818000u; /* ties to even, rounds up */
+    memcpy(&src[W + 0], &tie, 4), memcpy(&src[W + 1], &up, 4), memcpy(&src[W + 2], &tie_odd, 4);
+    src[W + 3] = NAN, src[W + 4] = INFINITY, src[W + 5] = -INFINITY, src[W + 6] = 1.0f / 3, src[W + 7] = -7e-39f;
+    unsigned char pool[N * LD * 2];
+    memset(pool, 0x5a, sizeof pool);
+    int32_t rows[T] = {3, 1};
+    nb_tensor st = nb_tensor_2d(src, F32, T, W), dt = nb_tensor_2d(pool, NB_DTYPE_BF16, N, W);
+    dt.stride[0] = LD; /* 32 bytes a row in BF16 elements */
+    NB_CHECK_OK(nb_op_set_rows(ctx, &st, rows, &dt));
+    const nb_bf16 *p16 = (const nb_bf16 *)pool;
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < W; j++) {
+            nb_bf16 got = p16[rows[t] * LD + j], want = nb_f32_to_bf16(src[t * W + j]);
+            NB_CHECK_MSG(got == want, "token %d col %d: %04x, want %04x", t, j, got, want);
+        }
+    NB_CHECK(p16[1 * LD + 0] == 0x3f80 && p16[1 * LD + 1] == 0x3f81 && p16[1 * LD + 2] == 0x3f82);
+    NB_CHECK((p16[1 * LD + 3] & 0x7f80) == 0x7f80 && (p16[1 * LD + 3] & 0x7f) != 0); /* NaN stays NaN */
+    for (int b = 0; b < (int)sizeof pool; b++) /* rows 0 and 2 and each row's tail untouched */
+        if (!((b / (LD * 2) == 1 || b / (LD * 2) == 3) && b % (LD * 2) < W * 2)) NB_CHECK(pool[b] == 0x5a);
+    /* mixed parts: BF16 [0, 8) and float32 at byte 16 of the same rows */
+    float src2[T * 4] = {1, 2, 3, 4, 5, 6, 7, 8};
+    nb_tensor s2 = nb_tensor_2d(src2, F32, T, 4), d2 = nb_tensor_2d(pool + 16, F32, N, 4);
+    d2.stride[0] = LD / 2;
+    memset(pool, 0, sizeof pool);
+    const nb_tensor *ss[] = {&st, &s2};
+    nb_tensor *dd[] = {&dt, &d2};
+    NB_CHECK_OK(nb_op_set_rows_n(ctx, 2, ss, rows, dd));
+    for (int t = 0; t < T; t++) {
+        NB_CHECK(p16[rows[t] * LD + 2] == nb_f32_to_bf16(src[t * W + 2]));
+        NB_CHECK(memcmp(pool + rows[t] * LD * 2 + 16, src2 + 4 * t, 16) == 0);
+    }
+    memset(pool, 0x5a, sizeof pool);
+    int32_t bad[T] = {0, N};
+    NB_CHECK_STATUS(nb_op_set_rows(ctx, &st, bad, &dt), NB_ERR_INVALID_ARG);
+    for (int b = 0; b < (int)sizeof pool; b++) NB_CHECK(pool[b] == 0x5a);
+    nb_tensor d16 = nb_tensor_2d(pool, NB_DTYPE_F16, N, W);
+    NB_CHECK_STATUS(nb_op_set_rows(ctx, &st, rows, &d16), NB_ERR_INVALID_ARG);
+}
+
 /* norm_rope_set_n over one row [a 24 | latent 16 | k_pe 8 | key 16]: norms of a, the latent
  * and the key, ropes of k_pe and of the key's first 8 (two tables), pool writes of
  * [latent | k_pe] and the key == norm_n, rope_n, set_rows_n in that order; counts refused. */
@@ -313,6 +359,7 @@ static const nb_test tests[] = {
     {"norm_n", test_norm_n},
     {"rope_n", test_rope_n},
     {"set_rows_n", test_set_rows_n},
+    {"set_rows_bf16", test_set_rows_bf16},
     {"norm_rope_set_n", test_norm_rope_set_n},
     {"concat_linear", test_concat_linear},
 };

@@ -37,7 +37,7 @@ static int setup(fixture *f)
     p.n_threads = 2;
     NB_CHECK_OK(nb_model_from_checkpoint(&f->cfg, f->ck, &p, &f->m));
     if (!f->m) return 0;
-    NB_CHECK_OK(nb_kv_pool_init(&f->pool, &f->cfg, 2 * (PROMPT + 1)));
+    NB_CHECK_OK(nb_kv_pool_init(&f->pool, &f->cfg, NB_DTYPE_F32, 2 * (PROMPT + 1)));
     for (int s = 0; s < 2; s++)
         for (int i = 0; i <= PROMPT; i++) {
             f->slots[s][i] = 2 * i + s; /* interleaved rows of one pool */

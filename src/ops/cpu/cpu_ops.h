@@ -32,6 +32,8 @@ nb_status nb_cpu_dequant_rows(nb_ops_ctx *ctx, const nb_weight *w, int64_t r0, i
 
 /* Shape checks shared by the ops; each returns NB_ERR_INVALID_ARG naming op and param. */
 nb_status nb_cpu_check_f32(const char *op, const char *param, const nb_tensor *t, int ndim);
+/* The same, F32 or BF16 (the KV pool's latent rows). */
+nb_status nb_cpu_check_f32_bf16(const char *op, const char *param, const nb_tensor *t, int ndim);
 
 /* y[T, n] (row stride ldy) = x[T, k] (ldx) W^T (+ bias), or y += when accumulate.
  * Uses scratch slot 0 for blocks of dequantized rows. */

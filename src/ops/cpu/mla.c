@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "format/numerics.h"
 #include "ops/cpu/attn_common.h"
 #include "ops/cpu/cpu_ops.h"
 
@@ -33,6 +34,16 @@ static inline int sel_pos(const mla_job *j, int i, int t)
     return j->sel ? j->sel->pos[(int64_t)i * j->sel->stride + t] : t;
 }
 
+/* Row `row` of a pool view (F32 or BF16, [rows, n]) as floats: the row itself, or its BF16
+ * values widened into tmp[n]. */
+static inline const float *pool_row(const nb_tensor *t, int64_t row, int n, float *tmp)
+{
+    if (t->dtype == NB_DTYPE_F32) return (const float *)t->data + row * t->stride[0];
+    const nb_bf16 *b = (const nb_bf16 *)t->data + row * t->stride[0];
+    for (int c = 0; c < n; c++) tmp[c] = nb_bf16_to_f32(b[c]);
+    return tmp;
+}
+
 static void absorbed_range(void *arg, int64_t b, int64_t e, int thread)
 {
     mla_job *j = arg;
@@ -40,7 +51,8 @@ static void absorbed_range(void *arg, int64_t b, int64_t e, int thread)
     const int r = d->kv_lora_rank, hs = d->qk_nope + d->v_dim;
     float *q_lat = j->scratch + thread * j->scratch_per_thread;
     float *o_lat = q_lat + r;
-    float *sc = o_lat + r;
+    float *lt = o_lat + r, *kt = lt + r; /* a BF16 pool's latent and k_pe rows, widened */
+    float *sc = kt + d->qk_rope;
     for (int64_t w = b; w < e; w++) {
         int i = (int)(w / d->n_heads), h = (int)(w % d->n_heads);
         const float *q = (const float *)j->q->data + i * j->q->stride[0] + h * j->q->stride[1];
@@ -57,8 +69,7 @@ static void absorbed_range(void *arg, int64_t b, int64_t e, int thread)
         const int32_t *slots = j->idx->slot_table + j->idx->slot_base[i];
         for (int t = 0; t < n; t++) {
             int64_t row = slots[sel_pos(j, i, t)];
-            const float *l = (const float *)j->lat->data + row * j->lat->stride[0];
-            const float *kp = (const float *)j->kpe->data + row * j->kpe->stride[0];
+            const float *l = pool_row(j->lat, row, r, lt), *kp = pool_row(j->kpe, row, d->qk_rope, kt);
             float s = 0;
             for (int c = 0; c < r; c++) s += q_lat[c] * l[c];
             for (int c = 0; c < d->qk_rope; c++) s += q_pe[c] * kp[c];
@@ -67,7 +78,7 @@ static void absorbed_range(void *arg, int64_t b, int64_t e, int thread)
         nb_cpu_softmax_inplace(sc, n);
         for (int c = 0; c < r; c++) o_lat[c] = 0;
         for (int t = 0; t < n; t++) {
-            const float *l = (const float *)j->lat->data + (int64_t)slots[sel_pos(j, i, t)] * j->lat->stride[0];
+            const float *l = pool_row(j->lat, slots[sel_pos(j, i, t)], r, lt);
             for (int c = 0; c < r; c++) o_lat[c] += sc[t] * l[c];
         }
         float *o = (float *)j->out->data + i * j->out->stride[0] + h * j->out->stride[1];
@@ -86,7 +97,8 @@ static void naive_range(void *arg, int64_t b, int64_t e, int thread)
     const nb_mla_dims *d = j->d;
     const int hs = d->qk_nope + d->v_dim;
     const int64_t kvw = (int64_t)d->n_heads * hs;
-    float *sc = j->scratch + thread * j->scratch_per_thread;
+    float *kt = j->scratch + thread * j->scratch_per_thread; /* a BF16 pool's k_pe row, widened */
+    float *sc = kt + d->qk_rope;
     for (int64_t w = b; w < e; w++) {
         int i = (int)(j->tok0 + w / d->n_heads), h = (int)(w % d->n_heads);
         const float *q = (const float *)j->q->data + i * j->q->stride[0] + h * j->q->stride[1];
@@ -95,7 +107,7 @@ static void naive_range(void *arg, int64_t b, int64_t e, int thread)
         for (int t = 0; t < n; t++) {
             int p = sel_pos(j, i, t);
             const float *kn = j->kv + p * kvw + (int64_t)h * hs;
-            const float *kp = (const float *)j->kpe->data + (int64_t)slots[p] * j->kpe->stride[0];
+            const float *kp = pool_row(j->kpe, slots[p], d->qk_rope, kt);
             float s = 0;
             for (int c = 0; c < d->qk_nope; c++) s += q[c] * kn[c];
             for (int c = 0; c < d->qk_rope; c++) s += q[d->qk_nope + c] * kp[c];
@@ -116,8 +128,11 @@ nb_status nb_cpu_mla_attention(nb_ops_ctx *ctx, nb_mla_mode mode, const nb_mla_d
                                const nb_attn_index *idx, const nb_attn_select *sel, float scale, nb_tensor *out)
 {
     NB_TRY(nb_cpu_check_f32("mla_attention", "q", q, 3));
-    NB_TRY(nb_cpu_check_f32("mla_attention", "latent_pool", latent_pool, 2));
-    NB_TRY(nb_cpu_check_f32("mla_attention", "kpe_pool", kpe_pool, 2));
+    NB_TRY(nb_cpu_check_f32_bf16("mla_attention", "latent_pool", latent_pool, 2));
+    NB_TRY(nb_cpu_check_f32_bf16("mla_attention", "kpe_pool", kpe_pool, 2));
+    if (latent_pool->dtype != kpe_pool->dtype)
+        return nb_error(NB_ERR_INVALID_ARG, "mla_attention: latent_pool is %s and kpe_pool %s (the same dtype)",
+                        nb_dtype_name(latent_pool->dtype), nb_dtype_name(kpe_pool->dtype));
     NB_TRY(nb_cpu_check_f32("mla_attention", "out", out, 3));
     NB_TRY(nb_weight_check(kv_b, "mla_attention kv_b"));
     const int64_t T = q->shape[0];
@@ -131,13 +146,13 @@ nb_status nb_cpu_mla_attention(nb_ops_ctx *ctx, nb_mla_mode mode, const nb_mla_d
         if (!w) return NB_ERR_OUT_OF_MEMORY;
         NB_TRY(nb_cpu_dequant_rows(ctx, kv_b, 0, kv_b->n, w));
         j.w = w;
-        j.scratch_per_thread = 2 * (int64_t)r + max_len;
+        j.scratch_per_thread = 3 * (int64_t)r + d->qk_rope + max_len;
         j.scratch = nb_ops_scratch(ctx, 1, (size_t)(ctx->n_threads * j.scratch_per_thread) * sizeof(float));
         if (!j.scratch) return NB_ERR_OUT_OF_MEMORY;
         nb_cpu_parallel_for(ctx, T * d->n_heads, 1, absorbed_range, &j);
         return NB_OK;
     }
-    j.scratch_per_thread = max_len;
+    j.scratch_per_thread = d->qk_rope + max_len;
     j.scratch = nb_ops_scratch(ctx, 1, (size_t)(ctx->n_threads * j.scratch_per_thread) * sizeof(float));
     if (!j.scratch) return NB_ERR_OUT_OF_MEMORY;
     /* One expansion of positions 0..L-1 per run of consecutive tokens of one sequence. */
@@ -154,8 +169,8 @@ nb_status nb_cpu_mla_attention(nb_ops_ctx *ctx, nb_mla_mode mode, const nb_mla_d
             if (slots[p] < 0 || slots[p] >= latent_pool->shape[0])
                 return nb_error(NB_ERR_INVALID_ARG, "mla_attention: token %lld: slot %d of position %d outside the pool",
                                 (long long)t0, slots[p], p);
-            memcpy(lat + (int64_t)p * r, (const float *)latent_pool->data + (int64_t)slots[p] * latent_pool->stride[0],
-                   (size_t)r * sizeof(float));
+            const float *l = pool_row(latent_pool, slots[p], r, lat + (int64_t)p * r);
+            if (l != lat + (int64_t)p * r) memcpy(lat + (int64_t)p * r, l, (size_t)r * sizeof(float));
         }
         NB_TRY(nb_cpu_linear_raw(ctx, lat, r, L, kv_b, kv, kv_b->n, 0));
         j.kv = kv;

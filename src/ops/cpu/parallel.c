@@ -76,8 +76,16 @@ nb_status nb_cpu_dequant_rows(nb_ops_ctx *ctx, const nb_weight *w, int64_t r0, i
 
 nb_status nb_cpu_check_f32(const char *op, const char *param, const nb_tensor *t, int ndim)
 {
+    if (t && t->data && t->dtype != NB_DTYPE_F32)
+        return nb_error(NB_ERR_INVALID_ARG, "%s: %s must be F32", op, param);
+    return nb_cpu_check_f32_bf16(op, param, t, ndim);
+}
+
+nb_status nb_cpu_check_f32_bf16(const char *op, const char *param, const nb_tensor *t, int ndim)
+{
     if (!t || !t->data) return nb_error(NB_ERR_INVALID_ARG, "%s: %s is NULL", op, param);
-    if (t->dtype != NB_DTYPE_F32) return nb_error(NB_ERR_INVALID_ARG, "%s: %s must be F32", op, param);
+    if (t->dtype != NB_DTYPE_F32 && t->dtype != NB_DTYPE_BF16)
+        return nb_error(NB_ERR_INVALID_ARG, "%s: %s must be F32 or BF16", op, param);
     if (t->device != NB_DEVICE_CPU) return nb_error(NB_ERR_INVALID_ARG, "%s: %s is not in host memory", op, param);
     if (ndim && t->ndim != ndim)
         return nb_error(NB_ERR_INVALID_ARG, "%s: %s has %d dims, expected %d", op, param, t->ndim, ndim);
