@@ -39,7 +39,8 @@ static void nb_serve_usage(FILE *f)
             "  --cpu-mem-gb G  --max-total-tokens N  --max-running-requests N\n"
             "  --num-continuous-decode-steps N  --chunked-prefill-size N  --max-prefill-tokens N\n"
             "  --schedule-policy fcfs|lpm  --max-queued-requests N  --context-length N  --random-seed N\n"
-            "  --cuda-graph-max-bs N (1024)  --disable-cuda-graph\n");
+            "  --cuda-graph-max-bs N (1024)  --disable-cuda-graph\n"
+            "  --kv-cache-dtype auto|float32|bfloat16  (MLA latent rows in the KV cache; auto: float32)\n");
 }
 
 /* SIGINT/SIGTERM go to a handler, not to a mask: libraries (OpenBLAS) start threads before
@@ -106,6 +107,13 @@ int nb_cmd_serve(int argc, char **argv)
                 return 2;
             }
             ep.schedule_policy = (nb_schedule_policy)k;
+        } else if (NB_ARG("--kv-cache-dtype")) {
+            int k = nb_kv_cache_dtype_parse(v);
+            if (k < 0) {
+                fprintf(stderr, "nibble serve: --kv-cache-dtype %s: use auto, float32 (fp32) or bfloat16 (bf16)\n", v);
+                return 2;
+            }
+            ep.kv_cache_dtype = (nb_kv_cache_dtype)k;
         } else if (NB_ARG("--device")) ep.device = atoi(v);
         else if (NB_ARG("--threads")) ep.threads = atoi(v);
         else if (NB_ARG("--page-size")) ep.page_size = atoi(v);

@@ -5,7 +5,7 @@
   - --n 2 with a seed prints two id lines, and the same seed reproduces them;
   - --prompt runs through the byte tokenizer;
   - bench-offline prints SGLang's throughput lines with the right token counts;
-  - bad input fails with a message naming it.
+  - --kv-cache-dtype bfloat16 generates; bad input fails with a message naming it.
 Run: NIBBLE_BIN=build-eng/nibble python3 tests/engine/cli_engine.py"""
 import json
 import os
@@ -78,6 +78,24 @@ def main():
     r = run("generate", "--model", MODEL, "--ids", "5,999", "--max-tokens", "2")
     if r.returncode == 0 or "999" not in r.stderr:
         print(f"bad id: rc {r.returncode}: {r.stderr}", file=sys.stderr)
+        fails += 1
+    # --kv-cache-dtype bfloat16: the same greedy request runs (its ids may differ from the
+    # float32 cache's only past a near-tie, so only the count is checked); a bad value and
+    # bfloat16 on a GQA model fail with a message naming them
+    r = run("generate", "--model", MODEL, "--ids", "72,101,108,108,111", "--max-tokens", "6", "--ignore-eos",
+            "--print-ids", "--kv-cache-dtype", "bfloat16")
+    if r.returncode != 0 or len(r.stdout.strip().splitlines()[-1].split(",")) != 6:
+        print(f"--kv-cache-dtype bfloat16: {r.stdout!r} {r.stderr}", file=sys.stderr)
+        fails += 1
+    r = run("generate", "--model", MODEL, "--ids", "5", "--kv-cache-dtype", "fp4")
+    if r.returncode == 0 or "--kv-cache-dtype 'fp4'" not in r.stderr:
+        print(f"bad --kv-cache-dtype: rc {r.returncode}: {r.stderr}", file=sys.stderr)
+        fails += 1
+    r = run("generate", "--model", "synthetic:glm4-moe:num_hidden_layers=1,hidden_size=64,intermediate_size=64,"
+            "moe_intermediate_size=32,n_routed_experts=4,num_experts_per_tok=2,vocab_size=128,num_attention_heads=2,"
+            "num_key_value_heads=1,head_dim=32", "--ids", "5", "--kv-cache-dtype", "bf16")
+    if r.returncode == 0 or "MLA" not in r.stderr:
+        print(f"--kv-cache-dtype bf16 on GQA: rc {r.returncode}: {r.stderr}", file=sys.stderr)
         fails += 1
     r = run("generate", "--model", "synthetic:nope", "--ids", "5")
     if r.returncode == 0 or "nope" not in r.stderr:
