@@ -77,7 +77,7 @@ int nb_cmd_score(int argc, char **argv)
                   : cuda  ? nb_cuda_model_load(model_dir, 0, &host, &m, &scfg, &sck, &owns_cfg)
                           : nb_model_load(model_dir, &p, &m);
     nb_dtype lat = NB_DTYPE_F32;
-    if (s == NB_OK) s = nb_kv_lat_dtype((nb_kv_cache_dtype)kv, &m->cfg, &lat);
+    if (s == NB_OK) s = nb_kv_lat_dtype((nb_kv_cache_dtype)kv, &m->cfg, cuda, &lat);
     if (s == NB_OK)
         s = cuda ? nb_kv_pool_init_on(&pool, &m->cfg, lat, n, m->ops) : nb_kv_pool_init(&pool, &m->cfg, lat, n);
     if (s == NB_OK) {

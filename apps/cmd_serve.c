@@ -40,7 +40,7 @@ static void nb_serve_usage(FILE *f)
             "  --num-continuous-decode-steps N  --chunked-prefill-size N  --max-prefill-tokens N\n"
             "  --schedule-policy fcfs|lpm  --max-queued-requests N  --context-length N  --random-seed N\n"
             "  --cuda-graph-max-bs N (1024)  --disable-cuda-graph\n"
-            "  --kv-cache-dtype auto|float32|bfloat16  (MLA latent rows in the KV cache; auto: float32)\n");
+            "  --kv-cache-dtype auto|float32|bfloat16  (MLA latent rows in the KV cache; auto: bfloat16 on cuda)\n");
 }
 
 /* SIGINT/SIGTERM go to a handler, not to a mask: libraries (OpenBLAS) start threads before

@@ -34,7 +34,7 @@ static const char nb_cli_engine_usage[] =
     "  --context-length N             (default: the model's)   --random-seed N\n"
     "  --cuda-graph-max-bs N          largest decode batch replayed from a CUDA graph (1024; cuda)\n"
     "  --disable-cuda-graph           run every step eagerly (cuda)\n"
-    "  --kv-cache-dtype auto|float32|bfloat16  MLA latent rows in the KV cache (auto: float32)\n";
+    "  --kv-cache-dtype auto|float32|bfloat16  MLA latent rows in the KV cache (auto: bfloat16 on cuda, float32 on cpu)\n";
 
 static const char nb_cli_sampling_usage[] =
     "sampling:\n"

@@ -81,8 +81,9 @@ typedef enum nb_backend { NB_BACKEND_CPU = 0, NB_BACKEND_CUDA } nb_backend;
  * match): admit the request sharing the longest prefix with cached pages first; without
  * a prefix cache it orders by arrival too. */
 typedef enum nb_schedule_policy { NB_SCHED_FCFS = 0, NB_SCHED_LPM } nb_schedule_policy;
-/* The KV cache's storage of MLA latent rows (--kv-cache-dtype): auto (float32 today), float32,
- * or bfloat16 (half the bytes per token; MLA models only). */
+/* The KV cache's storage of MLA latent rows (--kv-cache-dtype): auto (bfloat16 for MLA models
+ * on the GPU, float32 on the CPU reference and for GQA models), float32, or bfloat16 (the
+ * latent and rope key in half the bytes; MLA models only). */
 typedef enum nb_kv_cache_dtype { NB_KV_CACHE_AUTO = 0, NB_KV_CACHE_F32, NB_KV_CACHE_BF16 } nb_kv_cache_dtype;
 
 /* Knobs carry SGLang's server-argument names (--page-size → page_size) and meanings. */
@@ -133,7 +134,8 @@ typedef struct nb_engine_params {
                                          cpu); 0 (default): 256; 1..4096 */
     int disable_cuda_graph;           /* --disable-cuda-graph: 1 runs every step eagerly */
     nb_kv_cache_dtype kv_cache_dtype; /* --kv-cache-dtype auto|float32|bfloat16: the MLA
-                                         latent rows' storage; default auto (float32) */
+                                         latent rows' storage; default auto (bfloat16 on
+                                         the GPU, float32 on the CPU) */
 } nb_engine_params;
 
 /* The defaults documented above (model NULL: the caller must set it). */

@@ -396,8 +396,11 @@ nb_status nb_cuda_runner_create(const char *spec, const nb_cuda_runner_opts *o, 
     }
     const nb_model_config *c = &m->dev->cfg;
     nb_kv_layout lay;
-    st = nb_kv_lat_dtype(o->kv_cache_dtype, c, &m->lat_dtype);
+    st = nb_kv_lat_dtype(o->kv_cache_dtype, c, 1, &m->lat_dtype);
     if (st == NB_OK) st = nb_kv_layout_for(c, m->lat_dtype, &lay);
+    if (st == NB_OK && c->attn == NB_ATTN_MLA)
+        NB_LOG_INFO("cuda", "KV cache: MLA latent and rope key in %s, DSA index keys float32 (--kv-cache-dtype)",
+                    m->lat_dtype == NB_DTYPE_BF16 ? "bfloat16" : "float32");
     if (st != NB_OK) {
         cr_destroy(&m->base);
         return st;

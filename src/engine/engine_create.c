@@ -48,8 +48,6 @@ nb_status nb_engine_create(const nb_engine_params *p, nb_engine **out)
         NB_TRY(nb_model_runner_create(p->model, p->threads, p->kv_cache_dtype, parts.mem_budget_bytes * frac,
                                       &parts.runner));
     }
-    NB_LOG_INFO("engine", "KV cache rows: %s (--kv-cache-dtype)",
-                p->kv_cache_dtype == NB_KV_CACHE_BF16 ? "MLA latent and k_pe in bfloat16, index keys float32" : "float32");
     const char *base = strrchr(p->model, '/');
     snprintf(parts.model_name, sizeof parts.model_name, "%s", nb_synthetic_is(p->model) || !base || !base[1] ? p->model : base + 1);
 

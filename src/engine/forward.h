@@ -47,8 +47,9 @@ typedef struct nb_kv_layout {
  * rows are float32 only). */
 nb_status nb_kv_layout_for(const nb_model_config *cfg, nb_dtype lat_dtype, nb_kv_layout *out);
 /* The dtype of a pool's MLA latent rows for --kv-cache-dtype kv on this model (nibble.h):
- * F32 or BF16; auto is float32 (docs/cuda-backend.md, "The BF16 latent cache"). Sets *out. */
-nb_status nb_kv_lat_dtype(nb_kv_cache_dtype kv, const nb_model_config *cfg, nb_dtype *out);
+ * F32 or BF16. auto: BF16 for an MLA model on the GPU (on_gpu; the kernels round rows to BF16
+ * anyway, docs/engine.md), float32 otherwise (the CPU reference, GQA models). Sets *out. */
+nb_status nb_kv_lat_dtype(nb_kv_cache_dtype kv, const nb_model_config *cfg, int on_gpu, nb_dtype *out);
 /* Bytes per token slot summed over the layers of a layout. */
 int64_t nb_kv_layout_bytes(const nb_kv_layout *lay);
 

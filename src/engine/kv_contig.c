@@ -52,10 +52,10 @@ nb_status nb_kv_layout_for(const nb_model_config *cfg, nb_dtype lat_dtype, nb_kv
     return NB_OK;
 }
 
-nb_status nb_kv_lat_dtype(nb_kv_cache_dtype kv, const nb_model_config *cfg, nb_dtype *out)
+nb_status nb_kv_lat_dtype(nb_kv_cache_dtype kv, const nb_model_config *cfg, int on_gpu, nb_dtype *out)
 {
     switch (kv) {
-    case NB_KV_CACHE_AUTO:
+    case NB_KV_CACHE_AUTO: *out = on_gpu && cfg->attn == NB_ATTN_MLA ? NB_DTYPE_BF16 : NB_DTYPE_F32; return NB_OK;
     case NB_KV_CACHE_F32: *out = NB_DTYPE_F32; return NB_OK;
     case NB_KV_CACHE_BF16:
         if (cfg->attn != NB_ATTN_MLA)

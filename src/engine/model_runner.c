@@ -98,7 +98,7 @@ nb_status nb_model_runner_create(const char *spec, int threads, nb_kv_cache_dtyp
     }
     const nb_model_config *c = &m->model->cfg;
     nb_kv_layout lay;
-    st = nb_kv_lat_dtype(kv, c, &m->lat_dtype);
+    st = nb_kv_lat_dtype(kv, c, 0, &m->lat_dtype);
     if (st == NB_OK) st = nb_kv_layout_for(c, m->lat_dtype, &lay);
     if (st != NB_OK) {
         nb_mr_destroy(&m->base);

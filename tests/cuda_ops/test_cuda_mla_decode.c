@@ -13,7 +13,12 @@
  *       replayed (device time of a decode step's MLA op), for the mma, dec (bulk copies) and
  *       wg kernels, with two and one BF16 activation terms, and the two absorption GEMMs
  *       alone; then each step of the op alone (nb_cuda_mla_force_gemm_steps) for dec and wg;
- *       wg's outputs checked against mma's first.
+ *       wg's outputs checked against mma's first. NB_TEST_MLA_ROWS16=1 also times the wg op on
+ *       a BF16 pool of the same values (--kv-cache-dtype bf16) beside the F32 pool, A B A B
+ *       (its outputs checked against mma on the F32 pool first); NB_TEST_MLA_ROWS16=only: that
+ *       line alone, none of the other timings.
+ *   The correctness run also repeats the kernels' cases on BF16 pools (dec forced falls back
+ *   to mma there, wg on unaligned rows too), against the CPU op on the same values in F32.
  * GPU only (exit 77 without one). */
 #include <cuda_runtime.h>
 #include <string.h>
@@ -46,6 +51,8 @@ static const char *kname(int k)
     return k == NB_CUDA_MLA_WG ? "wg" : k == NB_CUDA_MLA_DEC ? "dec" : k == NB_CUDA_MLA_MMA ? "mma" : "f32";
 }
 
+static int g_pool16; /* dec_case: the GPU reads a BF16 pool (the CPU the same values in F32) */
+
 /* One op call on both backends with kernel kern (dec or wg) forced. batch 0: three single-token
  * sequences at positions 0, 37, 300 (splits); 1: 141 tokens of three sequences (no splits on
  * 132 SMs for 64 heads). fmt: BF16 (hi/lo output) or F32 (F32 output) kv_b. */
@@ -62,14 +69,20 @@ static void dec_case(nb_mla_dims d, int batch, int sparse, nb_wfmt fmt, int alig
     float *pool = malloc((size_t)rows * rw * 4), *q = malloc(qn * 4), *o = malloc(on * 4), *ob = malloc(on * 4);
     tu_fill(pool, (size_t)rows * rw, 1.0f);
     tu_fill(q, qn, 1.0f);
-    float *dpool = tu_up(pool, (size_t)rows * rw * 4);
+    /* g_pool16: BF16 rows on the GPU (aligned: 16-byte rows; else an odd BF16 row width), the
+     * CPU op on the same values in F32: the kernels' arithmetic is the only difference */
+    uint16_t *pool16 = g_pool16 ? malloc((size_t)rows * rw * 2) : NULL;
+    for (size_t i = 0; pool16 && i < (size_t)rows * rw; i++)
+        pool16[i] = nb_f32_to_bf16(pool[i]), pool[i] = nb_bf16_to_f32(pool16[i]);
+    void *dpool = pool16 ? tu_up(pool16, (size_t)rows * rw * 2) : tu_up(pool, (size_t)rows * rw * 4);
     nb_tensor hq = nb_tensor_3d(q, F32, T, d.n_heads, qk), ho = nb_tensor_3d(o, F32, T, d.n_heads, d.v_dim);
     nb_tensor hl = nb_tensor_2d(pool, F32, rows, d.kv_lora_rank);
     nb_tensor hp = nb_tensor_2d(pool + d.kv_lora_rank, F32, rows, d.qk_rope);
     hl.stride[0] = hp.stride[0] = rw;
     nb_tensor dq = tu_twin(&hq), dl = hl, dp = hp, dout = ho;
     dl.data = dpool;
-    dp.data = dpool + d.kv_lora_rank;
+    dp.data = (char *)dpool + (size_t)d.kv_lora_rank * (pool16 ? 2 : 4);
+    if (pool16) dl.dtype = dp.dtype = NB_DTYPE_BF16;
     dl.device = dp.device = NB_DEVICE_CUDA;
     dout.data = tu_poisoned(on * 4);
     dout.device = NB_DEVICE_CUDA;
@@ -82,24 +95,29 @@ static void dec_case(nb_mla_dims d, int batch, int sparse, nb_wfmt fmt, int alig
     }
     NB_CHECK_OK(nb_cuda_mla_register(tu_gpu, &kvb.d, &d));
     nb_cuda_mla_force_kernel(kern);
-    const int k = nb_cuda_mla_kernel(tu_gpu, &d, T);
-    /* wg takes rank 512 / rope 64 only (else dec); 4-byte rows then run dec inside the op */
+    const int k = nb_cuda_mla_kernel_pool(tu_gpu, &d, T, pool16 != NULL);
+    /* wg takes rank 512 / rope 64 only (else dec); 4-byte rows then run dec inside the op; a
+     * BF16 pool runs mma where dec would run, and on unaligned rows where wg would */
     const int wg_shape = d.kv_lora_rank == 512 && d.qk_rope == 64;
-    NB_CHECK(k == (kern == NB_CUDA_MLA_WG && !wg_shape ? NB_CUDA_MLA_DEC : kern));
+    const int kf = kern == NB_CUDA_MLA_WG && !wg_shape ? NB_CUDA_MLA_DEC : kern;
+    NB_CHECK(k == (pool16 && kf == NB_CUDA_MLA_DEC ? NB_CUDA_MLA_MMA : kf));
     NB_CHECK_OK(nb_op_mla_attention(tu_cpu, NB_MLA_ABSORBED, &d, &hq, &hl, &hp, &kvb.h, &ix.h, sparse ? &hs : NULL,
                                     0.07f, &ho));
     /* both ways of copying the rows (4-byte rows always take cp.async) */
-    for (int bulk = 1; bulk >= (kern == NB_CUDA_MLA_WG ? 1 : 0); bulk--) {
+    for (int bulk = 1; bulk >= (kern == NB_CUDA_MLA_WG || pool16 ? 1 : 0); bulk--) {
         nb_cuda_mla_dec_force_copy(bulk);
         NB_CHECK_OK(nb_ops_memset(tu_gpu, dout.data, 0xff, on * 4));
         NB_CHECK_OK(nb_op_mla_attention(tu_gpu, NB_MLA_ABSORBED, &d, &dq, &dl, &dp, &kvb.d, &ix.d, sparse ? &ds : NULL,
                                         0.07f, &dout));
         tu_down(&dout, ob);
         char name[160];
-        snprintf(name, sizeof name, "mla %s%s %s kv_b %s, %d heads, rank %d, rope %d, T=%d, %s rows", kname(k),
-                 k == NB_CUDA_MLA_WG ? (aligned ? "" : " (dec: unaligned)") : bulk ? " bulk" : " cp.async",
-                 sparse ? "sparse" : "causal",
-                 tu_fmt_name(fmt), d.n_heads, d.kv_lora_rank, d.qk_rope, T, aligned ? "16-byte" : "4-byte");
+        snprintf(name, sizeof name, "mla %s%s %s kv_b %s, %d heads, rank %d, rope %d, T=%d, %s%s rows", kname(k),
+                 k == NB_CUDA_MLA_WG   ? (aligned ? "" : pool16 ? " (mma: unaligned)" : " (dec: unaligned)")
+                 : pool16              ? (kern == NB_CUDA_MLA_DEC ? " (dec forced)" : "")
+                 : bulk                ? " bulk"
+                                       : " cp.async",
+                 sparse ? "sparse" : "causal", tu_fmt_name(fmt), d.n_heads, d.kv_lora_rank, d.qk_rope, T,
+                 aligned ? "16-byte" : pool16 ? "odd-width" : "4-byte", pool16 ? " BF16" : "");
         tu_compare(name, o, ob, on, NB_TOL_BF16);
         if (sparse && T > 2) { /* token 0 attends nothing: its output rows are exactly zero */
             int nz = 0;
@@ -110,9 +128,61 @@ static void dec_case(nb_mla_dims d, int batch, int sparse, nb_wfmt fmt, int alig
     nb_cuda_mla_dec_force_copy(-1);
     nb_cuda_mla_force_kernel(-1);
     nb_cuda_mla_release(tu_gpu);
+    free(pool16);
     free(pool), free(q), free(o), free(ob), free(sp), free(sc);
     tu_weight_free(&kvb);
     tu_free_all();
+}
+
+/* The kernels on BF16 pools (g_pool16): dec_case's shapes for f32, mma, dec (runs mma) and wg
+ * forced, aligned and odd rows; wg also with one BF16 term, its BF16 q (outputs direct and
+ * staged), the F32 q_lat, a block per item and the L2 prefetch (its BF16 instances). */
+static void dec_cases16(int only_wg)
+{
+    const nb_mla_dims glm5 = {64, 192, 64, 256, 512}, h16 = {16, 64, 64, 128, 512}, tiny = {4, 32, 16, 24, 32},
+                      h80w = {80, 32, 64, 64, 512};
+    g_pool16 = 1;
+    fprintf(stderr, "  BF16 pools:\n");
+    const int kerns[4] = {NB_CUDA_MLA_WG, NB_CUDA_MLA_F32, NB_CUDA_MLA_MMA, NB_CUDA_MLA_DEC};
+    for (int ki = 0; ki < (only_wg ? 1 : 4); ki++) {
+        const int kk = kerns[ki];
+        nb_cuda_mla_force_terms(2);
+        for (int sparse = 0; sparse < 2; sparse++) {
+            dec_case(glm5, 0, sparse, NB_WFMT_BF16, 1, kk);
+            dec_case(glm5, 1, sparse, NB_WFMT_BF16, 1, kk);
+            dec_case(h80w, 0, sparse, NB_WFMT_BF16, 1, kk);
+            dec_case(h16, 1, sparse, NB_WFMT_F32, 1, kk);
+            dec_case(tiny, 0, sparse, NB_WFMT_BF16, 0, kk);
+        }
+        dec_case(glm5, 1, 0, NB_WFMT_F32, 0, kk); /* odd rows: wg runs mma */
+        dec_case(glm5, 0, 1, NB_WFMT_BF16, 0, kk);
+        nb_cuda_mla_force_terms(0);
+    }
+    /* the wg kernel's BF16-row instances (mla_wg.cu RB 0): q F32 / BF16, outputs staged */
+    nb_cuda_mla_force_terms(1);
+    dec_case(glm5, 0, 1, NB_WFMT_BF16, 1, NB_CUDA_MLA_WG);
+    dec_case(glm5, 1, 0, NB_WFMT_BF16, 1, NB_CUDA_MLA_WG);
+    for (int st = 0; st < 2; st++) {
+        nb_cuda_mla_wg_force_stage(st);
+        dec_case(glm5, 0, 1, NB_WFMT_BF16, 1, NB_CUDA_MLA_WG);
+        dec_case(glm5, 1, 0, NB_WFMT_BF16, 1, NB_CUDA_MLA_WG);
+        dec_case(h80w, 1, 1, NB_WFMT_BF16, 1, NB_CUDA_MLA_WG);
+    }
+    nb_cuda_mla_wg_force_stage(-1);
+    nb_cuda_mla_force_qlat16(0);
+    dec_case(glm5, 0, 1, NB_WFMT_BF16, 1, NB_CUDA_MLA_WG);
+    dec_case(glm5, 1, 0, NB_WFMT_BF16, 1, NB_CUDA_MLA_WG);
+    nb_cuda_mla_force_qlat16(-1);
+    nb_cuda_mla_force_terms(0);
+    nb_cuda_mla_wg_force_persist(0);
+    dec_case(glm5, 0, 1, NB_WFMT_BF16, 1, NB_CUDA_MLA_WG);
+    dec_case(glm5, 1, 0, NB_WFMT_BF16, 1, NB_CUDA_MLA_WG);
+    nb_cuda_mla_wg_force_persist(-1);
+    nb_cuda_mla_wg_force_prefetch(!NB_CUDA_MLA_WG_PF_DEFAULT);
+    dec_case(glm5, 0, 1, NB_WFMT_BF16, 1, NB_CUDA_MLA_WG);
+    dec_case(glm5, 1, 0, NB_WFMT_BF16, 1, NB_CUDA_MLA_WG);
+    nb_cuda_mla_wg_force_prefetch(-1);
+    g_pool16 = 0;
 }
 
 /* ---- GLM-5 decode batches: a pool of B x ctx rows in scattered pages of 64 ---------------- */
@@ -123,6 +193,8 @@ typedef struct dec_batch {
     tu_weight kvb;
     nb_attn_index di;
     nb_tensor dq, dl, dp, dout;
+    nb_tensor dl16, dp16; /* NB_TEST_MLA_ROWS16: the same rows in a BF16 pool (data NULL: none) */
+    int use16;            /* batch_run reads the BF16 pool */
 } dec_batch;
 
 static void batch_make(dec_batch *b, int B, int ctx)
@@ -156,20 +228,39 @@ static void batch_make(dec_batch *b, int B, int ctx)
     const int64_t rw2 = 704, big_pages = (int64_t)(gb * (1 << 30) / (64.0 * rw2 * 4));
     float *dpool;
     int64_t ld = rw;
+    /* NB_TEST_MLA_ROWS16: a BF16 pool of the same rows (rounded to nearest even) in the same
+     * pages: rows of rw BF16, or in the spread pool 832 (the engine's BF16 row: 576 BF16 and
+     * 128 F32 index keys, 1664 bytes) */
+    uint16_t *pool16 = NULL, *dpool16 = NULL;
+    const int64_t rw16 = 832;
+    if (getenv("NB_TEST_MLA_ROWS16")) {
+        pool16 = malloc(pn * 2);
+        NB_ASSERT(pool16);
+        for (size_t i = 0; i < pn; i++) pool16[i] = nb_f32_to_bf16(pool[i]);
+    }
     if (big_pages > pages) {
         unsigned char *used = calloc((size_t)big_pages, 1);
         dpool = nb_ops_alloc(tu_gpu, (size_t)big_pages * 64 * rw2 * 4);
         NB_ASSERT(dpool && used);
         tu_dev[tu_ndev++] = dpool;
+        if (pool16) {
+            dpool16 = nb_ops_alloc(tu_gpu, (size_t)big_pages * 64 * rw16 * 2);
+            NB_ASSERT(dpool16);
+            tu_dev[tu_ndev++] = dpool16;
+        }
         for (int64_t i = 0; i < pages; i++) {
             int64_t pgi;
             do pgi = (int64_t)(((uint64_t)tu_u32() << 32 | tu_u32()) % (uint64_t)big_pages);
             while (used[pgi]);
             used[pgi] = 1;
             perm[i] = pgi;
-            for (int r = 0; r < 64; r++)
+            for (int r = 0; r < 64; r++) {
                 NB_ASSERT(nb_ops_upload(tu_gpu, dpool + (pgi * 64 + r) * rw2, pool + (i * 64 + r) * rw, (size_t)rw * 4) ==
                           NB_OK);
+                if (pool16)
+                    NB_ASSERT(nb_ops_upload(tu_gpu, dpool16 + (pgi * 64 + r) * rw16, pool16 + (i * 64 + r) * rw,
+                                            (size_t)rw * 2) == NB_OK);
+            }
         }
         free(used);
         ld = rw2;
@@ -179,6 +270,18 @@ static void batch_make(dec_batch *b, int B, int ctx)
     for (int64_t r = 0; r < rows; r++) table[r] = (int32_t)(perm[r / 64] * 64 + r % 64);
     b->di = (nb_attn_index){B, tu_up(pos, (size_t)B * 4), tu_up(base, (size_t)B * 4), tu_up(table, (size_t)rows * 4)};
     if (ld == rw) dpool = tu_up(pool, pn * 4);
+    if (pool16 && ld == rw) dpool16 = tu_up(pool16, pn * 2);
+    memset(&b->dl16, 0, sizeof b->dl16), memset(&b->dp16, 0, sizeof b->dp16);
+    b->use16 = 0;
+    if (pool16) {
+        const int64_t ld16 = ld == rw ? rw : rw16;
+        b->dl16 = nb_tensor_2d(dpool16, NB_DTYPE_BF16, ld == rw ? rows : big_pages * 64, d.kv_lora_rank);
+        b->dp16 = nb_tensor_2d(dpool16 + d.kv_lora_rank, NB_DTYPE_BF16, b->dl16.shape[0], d.qk_rope);
+        b->dl16.stride[0] = b->dp16.stride[0] = ld16;
+        b->dl16.device = b->dp16.device = NB_DEVICE_CUDA;
+        fprintf(stderr, "    (BF16 pool beside the F32 one: rows of %lld BF16)\n", (long long)ld16);
+        free(pool16);
+    }
     nb_tensor hq = nb_tensor_3d(q, F32, B, d.n_heads, qk);
     b->dq = tu_twin(&hq);
     b->dl = nb_tensor_2d(dpool, F32, rows, d.kv_lora_rank);
@@ -202,8 +305,8 @@ static void batch_free(dec_batch *b)
 
 static nb_status batch_run(dec_batch *b)
 {
-    return nb_op_mla_attention(tu_gpu, NB_MLA_ABSORBED, &b->d, &b->dq, &b->dl, &b->dp, &b->kvb.d, &b->di, NULL, 0.0625f,
-                               &b->dout);
+    return nb_op_mla_attention(tu_gpu, NB_MLA_ABSORBED, &b->d, &b->dq, b->use16 ? &b->dl16 : &b->dl,
+                               b->use16 ? &b->dp16 : &b->dp, &b->kvb.d, &b->di, NULL, 0.0625f, &b->dout);
 }
 
 /* The op's output with kernel k forced. */
@@ -312,6 +415,32 @@ static void time_ab(dec_batch *b, int k, void (*force)(int), int a, int iters, d
     force(-1);
 }
 
+/* The wg op (graph replay, default terms) on the F32 pool and the BF16 one, A B A B; its
+ * BF16-pool outputs checked against mma on the F32 pool first (NB_TEST_MLA_ROWS16). */
+static void time_rows16(dec_batch *b, int iters)
+{
+    if (!b->dl16.data) return;
+    const size_t on = (size_t)b->B * b->d.n_heads * b->d.v_dim;
+    float *x = malloc(on * 4), *y = malloc(on * 4);
+    batch_out(b, NB_CUDA_MLA_MMA, x);
+    b->use16 = 1;
+    NB_CHECK_OK(nb_ops_memset(tu_gpu, b->dout.data, 0xff, on * 4));
+    batch_out(b, NB_CUDA_MLA_WG, y);
+    b->use16 = 0;
+    char name[128];
+    snprintf(name, sizeof name, "mla wg on BF16 rows vs mma on F32 rows, GLM-5 shapes, B=%d ctx %d", b->B, b->ctx);
+    tu_compare(name, x, y, on, NB_TOL_BF16);
+    free(x), free(y);
+    double t[4];
+    for (int i = 0; i < 4; i++) {
+        b->use16 = i & 1;
+        t[i] = graph_ms(b, NB_CUDA_MLA_WG, 0, iters);
+    }
+    b->use16 = 0;
+    fprintf(stderr, "    mla time B=%-5d ctx %-5d wg op (graph): F32 rows %.3f / %.3f, BF16 rows %.3f / %.3f ms (%.2fx)\n",
+            b->B, b->ctx, t[0], t[2], t[1], t[3], (t[0] + t[2]) / (t[1] + t[3]));
+}
+
 /* Old against new on one batch, the same binary: the op (graph replay) with mma, dec (bulk
  * copies) and wg (4 and 2 producer rows in flight), each with two BF16 activation terms and
  * with one (mla.h NIBBLE_CUDA_MLA_TERMS), the two-term GEMMs alone, then the op's steps alone
@@ -320,11 +449,17 @@ static void time_batch(int B, int ctx)
 {
     dec_batch b;
     batch_make(&b, B, ctx);
+    const int iters = (int64_t)B * ctx >= 256000 ? 20 : 50;
+    time_rows16(&b, iters);
+    const char *r16 = getenv("NB_TEST_MLA_ROWS16");
+    if (r16 && !strcmp(r16, "only")) {
+        batch_free(&b);
+        return;
+    }
     nb_cuda_mla_force_terms(2);
     batch_compare(&b, NB_CUDA_MLA_MMA, NB_CUDA_MLA_WG);
     nb_cuda_mla_force_terms(1);
     batch_compare(&b, NB_CUDA_MLA_MMA, NB_CUDA_MLA_WG); /* one term against mma with one term */
-    const int iters = (int64_t)B * ctx >= 256000 ? 20 : 50;
     double t[2][5]; /* [terms - 1][mma, dec, wg rows 4, wg rows 2, wg rows 4 one block per item] */
     nb_cuda_mla_dec_force_copy(1);
     for (int k = 0; k < 2; k++) {
@@ -491,6 +626,7 @@ int main(int argc, char **argv)
                 nb_cuda_mla_dec_force_prefetch(-1);
             }
         }
+        dec_cases16(only_wg);
         /* GLM-5 shapes on the GPU against the float32 kernel (default terms: one for wg, two
          * for f32): 300 tokens (no splits), 1 token
          * (splits) and 1000 tokens at context 256, and 7 tokens at context 1984 (splits of

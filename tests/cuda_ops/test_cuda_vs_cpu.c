@@ -298,6 +298,129 @@ static void test_set_rows_n(void)
     tu_free_all();
 }
 
+/* ---- set rows into BF16 rows (ops.h nb_op_set_rows: the KV pool's --kv-cache-dtype bf16) ---- */
+
+/* Host float with these bits. */
+static float rb_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* T rows of src ([T, ld_src] floats; row 0 of special values: NaNs, a value that rounds up,
+ * ties to even both ways, one that rounds to infinity, -0, infinity, a subnormal). */
+static void rb_fill(float *src, int T, int w)
+{
+    tu_fill(src, (size_t)T * w, 3.0f);
+    const uint32_t sp[] = {0x7fc00000u, 0x7f800001u, 0xffc12345u, 0x3f808001u, 0x3f808000u, 0x3f818000u,
+                           0xbf818000u, 0x7f7fffffu, 0x80000000u, 0x7f800000u, 0x00012345u, 0x3f80ffffu};
+    for (int i = 0; i < (int)NB_ARRAY_LEN(sp) && i < w; i++) src[i] = rb_bits(sp[i]);
+}
+
+/* A pool image against the expected one, every byte (untouched rows and bytes keep their
+ * pattern). */
+static void rb_check(const char *what, const uint8_t *want, const uint8_t *got, size_t bytes)
+{
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < bytes; i++)
+        if (want[i] != got[i] && !bad++) first = i;
+    fprintf(stderr, "    %s: %zu bytes differ of %zu%s\n", what, bad, bytes, bad ? "  <-- FAIL" : "");
+    if (bad) fprintf(stderr, "      first at byte %zu: want 0x%02x got 0x%02x\n", first, want[first], got[first]);
+    NB_CHECK(bad == 0);
+}
+
+/* The expected image of writing src rows t (width w, F32) to pool rows rows[t] at byte offset
+ * off of each pitch-byte row, as BF16 (bf16) or F32. */
+static void rb_expect(uint8_t *img, size_t pitch, size_t off, const float *src, int64_t lds, const int32_t *rows, int T,
+                      int w, int bf16)
+{
+    for (int t = 0; t < T; t++) {
+        uint8_t *d = img + (size_t)rows[t] * pitch + off;
+        for (int j = 0; j < w; j++) {
+            if (bf16) {
+                const nb_bf16 h = nb_f32_to_bf16(src[t * lds + j]);
+                memcpy(d + 2 * (size_t)j, &h, 2);
+            } else {
+                memcpy(d + 4 * (size_t)j, &src[t * lds + j], 4);
+            }
+        }
+    }
+}
+
+/* set_rows, set_rows_n (a BF16 part beside an F32 part: the pool's latent + k_pe and its index
+ * keys) and norm_rope_set_n's writes (fused kernel and separate launches) into BF16 rows,
+ * bit for bit against nb_f32_to_bf16 on the host; aligned rows (4 values per store in the
+ * fused kernel) and rows of odd BF16 offsets. */
+static void test_rows_bf16(void)
+{
+    tu_seed(23);
+    const int T = 5, w0 = 576, w1 = 128, n = 40;
+    const size_t pitch = 1792; /* bytes: 576 BF16 + 128 F32 + 128 bytes of padding */
+    int32_t rows[5] = {3, 39, 0, 17, 22};
+    float *src = malloc((size_t)T * (w0 + w1) * 4);
+    uint8_t *img = malloc(n * pitch), *want = malloc(n * pitch), *got = malloc(n * pitch);
+    rb_fill(src, T, w0 + w1);
+    for (size_t i = 0; i < n * pitch; i++) img[i] = (uint8_t)(tu_u32() >> 24);
+    float *dsrc = tu_up(src, (size_t)T * (w0 + w1) * 4);
+    int32_t *drows = tu_up(rows, sizeof rows);
+    for (int odd = 0; odd < 2; odd++) {
+        /* odd: the BF16 part 2 bytes into the row (no 8-byte stores) */
+        const size_t off0 = odd ? 2 : 0, off1 = 1152 + 64;
+        /* set_rows: one BF16 part */
+        uint8_t *dpool = tu_up(img, n * pitch);
+        nb_tensor s0 = nb_tensor_2d(dsrc, F32, T, w0), d0 = nb_tensor_2d(dpool + off0, NB_DTYPE_BF16, n, w0);
+        s0.stride[0] = w0 + w1;
+        d0.stride[0] = (int64_t)pitch / 2;
+        s0.device = d0.device = NB_DEVICE_CUDA;
+        NB_CHECK_OK(nb_op_set_rows(tu_gpu, &s0, drows, &d0));
+        NB_CHECK_OK(nb_ops_download(tu_gpu, got, dpool, n * pitch));
+        memcpy(want, img, n * pitch);
+        rb_expect(want, pitch, off0, src, w0 + w1, rows, T, w0, 1);
+        rb_check(odd ? "set_rows into BF16 rows (odd offset)" : "set_rows into BF16 rows", want, got, n * pitch);
+        /* set_rows_n and norm_rope_set_n: BF16 latent part + F32 index-key part */
+        nb_tensor s1 = nb_tensor_2d(dsrc + w0, F32, T, w1), d1 = nb_tensor_2d(dpool + off1, F32, n, w1);
+        s1.stride[0] = w0 + w1;
+        d1.stride[0] = (int64_t)pitch / 4;
+        s1.device = d1.device = NB_DEVICE_CUDA;
+        const nb_tensor *sv[2] = {&s0, &s1};
+        nb_tensor *dv[2] = {&d0, &d1};
+        memcpy(want, img, n * pitch);
+        rb_expect(want, pitch, off0, src, w0 + w1, rows, T, w0, 1);
+        rb_expect(want, pitch, off1, src + w0, w0 + w1, rows, T, w1, 0);
+        for (int form = 0; form < 3; form++) { /* set_rows_n, norm_rope_set_n fused, separate */
+            NB_CHECK_OK(nb_ops_upload(tu_gpu, dpool, img, n * pitch));
+            if (form == 0) {
+                NB_CHECK_OK(nb_op_set_rows_n(tu_gpu, 2, sv, drows, dv));
+            } else {
+                nb_cuda_norm_rope_set_force(form == 1);
+                const nb_norm_rope_set q = {0, NULL, 0, NULL, NULL, NULL, 2, sv, drows, dv};
+                NB_CHECK_OK(nb_op_norm_rope_set_n(tu_gpu, &q));
+                nb_cuda_norm_rope_set_force(-1);
+            }
+            NB_CHECK_OK(nb_ops_download(tu_gpu, got, dpool, n * pitch));
+            char name[128];
+            snprintf(name, sizeof name, "%s: BF16 latent part + F32 key part%s",
+                     form == 0 ? "set_rows_n" : form == 1 ? "norm_rope_set_n (fused)" : "norm_rope_set_n (separate)",
+                     odd ? ", odd BF16 offset" : "");
+            rb_check(name, want, got, n * pitch);
+        }
+        /* the CPU op on the same image, where it takes BF16 rows (ops.h) */
+        uint8_t *cpu = malloc(n * pitch);
+        memcpy(cpu, img, n * pitch);
+        nb_tensor hs0 = s0, hs1 = s1, hd0 = d0, hd1 = d1;
+        hs0.data = src, hs1.data = src + w0, hd0.data = cpu + off0, hd1.data = cpu + off1;
+        hs0.device = hs1.device = hd0.device = hd1.device = NB_DEVICE_CPU;
+        const nb_tensor *hsv[2] = {&hs0, &hs1};
+        nb_tensor *hdv[2] = {&hd0, &hd1};
+        NB_CHECK_OK(nb_op_set_rows_n(tu_cpu, 2, hsv, rows, hdv));
+        rb_check("the CPU op's set_rows_n, same image", want, cpu, n * pitch);
+        free(cpu);
+    }
+    free(src), free(img), free(want), free(got);
+    tu_free_all();
+}
+
 /* ---- attention ------------------------------------------------------------------------ */
 
 /* A random selection per token: up to `stride` distinct positions <= pos. */
@@ -363,6 +486,8 @@ static void test_attention(void)
  * BF16 and NVFP4 kv_b run the BF16 GEMMs with two-term activations (NB_TOL_LT_BF16W), F32 and
  * FP8 the F32 GEMMs (NB_TOL_F32); the small path (mla.h) is float32 with the weights taken
  * exactly, so NB_TOL_F32 for every format. */
+static int g_pool16; /* mla_case_ex: BF16 pools on the GPU (test_mla_bf16) */
+
 static void mla_case_ex(nb_mla_mode mode, int sparse, nb_wfmt kvfmt, nb_mla_dims d, int batch, int reg)
 {
     /* registered cases use 16-byte aligned pool rows (the kernel's 16-byte copies), the
@@ -380,14 +505,22 @@ static void mla_case_ex(nb_mla_mode mode, int sparse, nb_wfmt kvfmt, nb_mla_dims
     float *pool = malloc((size_t)rows * rw * 4), *q = malloc(qn * 4), *o = malloc(on * 4), *ob = malloc(on * 4);
     tu_fill(pool, (size_t)rows * rw, 1.0f);
     tu_fill(q, qn, 1.0f);
-    float *dpool = tu_up(pool, (size_t)rows * rw * 4);
+    /* g_pool16: the GPU reads a BF16 pool, the CPU the same values in F32 (the BF16 rows widened:
+     * the same function), so the difference is the kernels' arithmetic alone; registered cases
+     * have 16-byte rows (the kernels' 16-byte copies), the others rows of an odd BF16 width */
+    uint16_t *pool16 = g_pool16 ? malloc((size_t)rows * rw * 2) : NULL;
+    for (size_t i = 0; pool16 && i < (size_t)rows * rw; i++)
+        pool16[i] = nb_f32_to_bf16(pool[i]), pool[i] = nb_bf16_to_f32(pool16[i]);
+    void *dpool = pool16 ? tu_up(pool16, (size_t)rows * rw * 2) : tu_up(pool, (size_t)rows * rw * 4);
+    const size_t pes = pool16 ? 2 : 4;
     nb_tensor hq = nb_tensor_3d(q, F32, T, d.n_heads, qk), ho = nb_tensor_3d(o, F32, T, d.n_heads, d.v_dim);
     nb_tensor hl = nb_tensor_2d(pool, F32, rows, d.kv_lora_rank);
     nb_tensor hp = nb_tensor_2d(pool + d.kv_lora_rank, F32, rows, d.qk_rope);
     hl.stride[0] = hp.stride[0] = rw;
     nb_tensor dq = tu_twin(&hq), dl = hl, dp = hp, dout = ho;
     dl.data = dpool;
-    dp.data = dpool + d.kv_lora_rank;
+    dp.data = (char *)dpool + (size_t)d.kv_lora_rank * pes;
+    if (pool16) dl.dtype = dp.dtype = NB_DTYPE_BF16;
     dl.device = dp.device = NB_DEVICE_CUDA;
     dout.data = tu_poisoned(on * 4);
     dout.device = NB_DEVICE_CUDA;
@@ -405,7 +538,8 @@ static void mla_case_ex(nb_mla_mode mode, int sparse, nb_wfmt kvfmt, nb_mla_dims
     const int mma = nb_cuda_mla_uses_mma(tu_gpu, &d, T);
     int merge = 0, pdl = 0;
     const int small = nb_cuda_mla_uses_small(&d, kvb.d.data, T, &merge, &pdl);
-    snprintf(name, sizeof name, "mla%s%s%s%s %s%s kv_b %s%s, %d heads, rank %d, T=%d", mma ? " mma" : "",
+    snprintf(name, sizeof name, "mla%s%s%s%s%s %s%s kv_b %s%s, %d heads, rank %d, T=%d", pool16 ? " (BF16 pool)" : "",
+             mma ? " mma" : "",
              small ? " small" : "", small ? (merge == NB_CUDA_MLA_MERGE_KERNEL ? "+merge" : "+fold") : "",
              small && pdl ? "+pdl" : "",
              mode == NB_MLA_NAIVE ? "naive" : "absorbed", sparse ? " sparse" : "", tu_fmt_name(kvfmt),
@@ -415,6 +549,7 @@ static void mla_case_ex(nb_mla_mode mode, int sparse, nb_wfmt kvfmt, nb_mla_dims
     tu_compare(name, o, ob, on, mma ? NB_TOL_BF16 : bf16_gemm && !small ? NB_TOL_LT_BF16W : NB_TOL_F32);
     /* registered forms are keyed by the weight's address, which tu_free_all hands back */
     if (reg) nb_cuda_mla_release(tu_gpu);
+    free(pool16);
     free(pool), free(q), free(o), free(ob), free(sp), free(sc);
     tu_weight_free(&kvb);
     tu_free_all();
@@ -490,6 +625,57 @@ static void test_mla(void)
     nb_cuda_mla_force_small(-1, -1, -1);
     nb_cuda_mla_force_kernel(-1);
     nb_cuda_mla_force_f32_heads(0);
+}
+
+/* BF16 pools (ops.h nb_op_mla_attention, --kv-cache-dtype bf16) through every kernel: the
+ * float32 kernel (its head groups, heads per warp, the small path's launch modes), mma, wg and
+ * dec forced (dec falls back to mma on BF16 rows, wg to mma on unaligned rows or other shapes);
+ * each against the CPU op on the same values in F32 pools. Then a mixed pair is refused. */
+static void test_mla_bf16(void)
+{
+    tu_seed(24);
+    g_pool16 = 1;
+    mla_cases(NB_CUDA_MLA_F32, 0, -1, 0);
+    mla_cases(NB_CUDA_MLA_MMA, 0, -1, 0);
+    mla_cases(NB_CUDA_MLA_WG, 0, -1, 0);
+    mla_cases(NB_CUDA_MLA_DEC, 0, -1, 0);
+    mla_cases(NB_CUDA_MLA_F32, 1, -1, 0);
+    mla_cases(NB_CUDA_MLA_F32, 1, -1, NB_CUDA_MLA_PDL_CHAIN); /* rows copied before the wait */
+    for (int g = 4; g <= 8; g *= 2) {
+        nb_cuda_mla_force_f32_group(g);
+        mla_cases(NB_CUDA_MLA_F32, 1, -1, 0);
+    }
+    nb_cuda_mla_force_f32_group(0);
+    nb_cuda_mla_force_f32_heads(4);
+    nb_cuda_mla_force_kernel(NB_CUDA_MLA_F32);
+    mla_case_ex(NB_MLA_ABSORBED, 1, NB_WFMT_BF16, (nb_mla_dims){64, 192, 64, 256, 512}, 2, 1);
+    nb_cuda_mla_force_kernel(-1);
+    nb_cuda_mla_force_f32_heads(0);
+    g_pool16 = 0;
+    /* the kernel choice (mla.h nb_cuda_mla_kernel_pool): never dec on BF16 rows */
+    const nb_mla_dims glm5 = {64, 192, 64, 256, 512};
+    for (int k = NB_CUDA_MLA_F32; k <= NB_CUDA_MLA_WG; k++) {
+        nb_cuda_mla_force_kernel(k);
+        NB_CHECK(nb_cuda_mla_kernel_pool(tu_gpu, &glm5, 1000, 1) != NB_CUDA_MLA_DEC);
+    }
+    nb_cuda_mla_force_kernel(-1);
+    NB_CHECK(nb_cuda_mla_kernel_pool(tu_gpu, &glm5, 1000, 1) != NB_CUDA_MLA_DEC);
+    /* latent BF16 and k_pe F32: NB_ERR_INVALID_ARG */
+    const int rows = 64, T = 1;
+    int n_new[1] = {1}, n_past[1] = {10};
+    tu_index ix;
+    tu_index_make(&ix, 1, n_new, n_past, rows);
+    tu_weight kvb;
+    tu_weight_make(&kvb, NB_WFMT_BF16, (int64_t)glm5.n_heads * (glm5.qk_nope + glm5.v_dim), glm5.kv_lora_rank, 0.05f, 0);
+    nb_tensor dq = nb_tensor_3d(tu_poisoned((size_t)T * 64 * 256 * 4), F32, T, 64, 256);
+    nb_tensor dout = nb_tensor_3d(tu_poisoned((size_t)T * 64 * 256 * 4), F32, T, 64, 256);
+    nb_tensor dl = nb_tensor_2d(tu_poisoned((size_t)rows * 512 * 2), NB_DTYPE_BF16, rows, 512);
+    nb_tensor dp = nb_tensor_2d(tu_poisoned((size_t)rows * 64 * 4), F32, rows, 64);
+    dq.device = dout.device = dl.device = dp.device = NB_DEVICE_CUDA;
+    NB_CHECK(nb_op_mla_attention(tu_gpu, NB_MLA_ABSORBED, &glm5, &dq, &dl, &dp, &kvb.d, &ix.d, NULL, 0.07f, &dout) ==
+             NB_ERR_INVALID_ARG);
+    tu_weight_free(&kvb);
+    tu_free_all();
 }
 
 /* Host recomputation of a DSA score in double, to judge a disagreement as a near-tie. */
@@ -686,8 +872,10 @@ static const nb_test tests[] = {
     {"rope_n", test_rope_n},
     {"norm_n", test_norm_n},
     {"set_rows_n", test_set_rows_n},
+    {"rows_bf16", test_rows_bf16},
     {"attention", test_attention},
     {"mla", test_mla},
+    {"mla_bf16", test_mla_bf16},
     {"dsa_select", test_dsa_select},
     {"moe_route", test_moe_route},
     {"moe_experts", test_moe_experts},

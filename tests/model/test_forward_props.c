@@ -210,11 +210,18 @@ static void test_kv_layout(void)
             if (!row[0]) {
                 NB_CHECK_STATUS(nb_kv_pool_init(&pool, &cfg, dt, 3), NB_ERR_INVALID_ARG);
                 nb_dtype lat;
-                NB_CHECK_STATUS(nb_kv_lat_dtype(NB_KV_CACHE_BF16, &cfg, &lat), NB_ERR_INVALID_ARG);
+                NB_CHECK_STATUS(nb_kv_lat_dtype(NB_KV_CACHE_BF16, &cfg, 1, &lat), NB_ERR_INVALID_ARG);
                 NB_CHECK_MSG(strstr(nb_last_error(), "MLA") != NULL, "%s", nb_last_error());
+                NB_CHECK_OK(nb_kv_lat_dtype(NB_KV_CACHE_AUTO, &cfg, 1, &lat)); /* GQA: float32 everywhere */
+                NB_CHECK(lat == NB_DTYPE_F32);
                 continue;
             }
             NB_CHECK_OK(nb_kv_pool_init(&pool, &cfg, dt, 3));
+            nb_dtype lat = NB_DTYPE_F16;
+            NB_CHECK_OK(nb_kv_lat_dtype(NB_KV_CACHE_AUTO, &cfg, bf, &lat)); /* auto: BF16 on the GPU, float32 on the CPU */
+            NB_CHECK(lat == dt);
+            NB_CHECK_OK(nb_kv_lat_dtype(bf ? NB_KV_CACHE_BF16 : NB_KV_CACHE_F32, &cfg, !bf, &lat));
+            NB_CHECK(lat == dt);
             size_t total = 0;
             for (int l = 0; l < 3; l++) {
                 NB_CHECK_MSG((int64_t)nb_kv_row_bytes(&pool, l) == row[l], "%s %s layer %d: %lld bytes",

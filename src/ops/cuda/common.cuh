@@ -52,6 +52,8 @@ static inline cudaStream_t nb_cuda_stream(nb_ops_ctx *ctx) { return nb_cuda_st(c
 
 // Shape checks for device tensors: F32, last dim contiguous, on the CUDA device.
 nb_status nb_cuda_check_f32(const char *op, const char *param, const nb_tensor *t, int ndim);
+/* The same for a tensor that may be F32 or BF16 (the KV pool's rows, ops.h nb_op_set_rows). */
+nb_status nb_cuda_check_f32_bf16(const char *op, const char *param, const nb_tensor *t, int ndim);
 nb_status nb_cuda_check_weight(const char *op, const nb_weight *w);
 
 __device__ __forceinline__ float nb_d_bf16(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }

@@ -273,6 +273,18 @@ nb_status nb_cuda_check_f32(const char *op, const char *param, const nb_tensor *
     return NB_OK;
 }
 
+nb_status nb_cuda_check_f32_bf16(const char *op, const char *param, const nb_tensor *t, int ndim)
+{
+    if (t && t->dtype == NB_DTYPE_BF16) {
+        nb_tensor f = *t; /* the same checks, dtype aside */
+        f.dtype = NB_DTYPE_F32;
+        return nb_cuda_check_f32(op, param, &f, ndim);
+    }
+    if (t && t->data && t->dtype != NB_DTYPE_F32)
+        return nb_error(NB_ERR_INVALID_ARG, "%s: %s must be F32 or BF16", op, param);
+    return nb_cuda_check_f32(op, param, t, ndim);
+}
+
 nb_status nb_cuda_check_weight(const char *op, const nb_weight *w)
 {
     NB_TRY(nb_weight_check(w, op));

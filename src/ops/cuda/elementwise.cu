@@ -434,11 +434,26 @@ __global__ void k_move_rows(const float *src, int64_t lds, const int32_t *rows, 
     for (int64_t j = threadIdx.x; j < w; j += blockDim.x) d[j] = s[j];
 }
 
+// scatter into a BF16 dst (ops.h nb_op_set_rows: the KV pool's BF16 rows): dst[rows[t]] = src[t]
+// rounded to nearest even (nb_d_to_bf16, the host's nb_f32_to_bf16); rows outside [0, n) skipped.
+__global__ void k_set_rows16(const float *src, int64_t lds, const int32_t *rows, uint16_t *dst, int64_t ldd, int64_t w,
+                             int64_t n)
+{
+    nb_pdl_wait(); // before any global access (ops/cuda/pdl.cuh)
+    nb_pdl_trigger();
+    int64_t t = blockIdx.x, r = rows[t];
+    if (r < 0 || r >= n) return;
+    const float *s = src + t * lds;
+    uint16_t *d = dst + r * ldd;
+    for (int64_t j = threadIdx.x; j < w; j += blockDim.x) d[j] = nb_d_to_bf16(s[j]);
+}
+
 static nb_status move_rows(nb_ops_ctx *ctx, const char *op, const nb_tensor *src, const int32_t *rows,
                            nb_tensor *dst, int gather)
 {
     NB_TRY(nb_cuda_check_f32(op, "src", src, 2));
-    NB_TRY(nb_cuda_check_f32(op, "dst", dst, 2));
+    if (gather) NB_TRY(nb_cuda_check_f32(op, "dst", dst, 2));
+    else NB_TRY(nb_cuda_check_f32_bf16(op, "dst", dst, 2)); /* set_rows: F32 or BF16 rows */
     if (src->shape[1] != dst->shape[1])
         return nb_error(NB_ERR_INVALID_ARG, "%s: row widths %lld and %lld differ", op, (long long)src->shape[1],
                         (long long)dst->shape[1]);
@@ -447,6 +462,14 @@ static nb_status move_rows(nb_ops_ctx *ctx, const char *op, const nb_tensor *src
     const float *sp = (const float *)src->data;
     float *dp = (float *)dst->data;
     int64_t lds = src->stride[0], ldd = dst->stride[0], w = src->shape[1], n = gather ? src->shape[0] : dst->shape[0];
+    if (dst->dtype == NB_DTYPE_BF16) {
+        uint16_t *dp16 = (uint16_t *)dst->data;
+        void *args16[] = {&sp, &lds, (void *)&rows, &dp16, &ldd, &w, &n};
+        NB_CUDA_TRY(nb_pdl_launch((const void *)k_set_rows16, dim3((unsigned)n_rows), dim3(NB_ROW_THREADS), 0,
+                                  nb_cuda_stream(ctx), args16));
+        NB_CUDA_LAUNCHED(op);
+        return NB_OK;
+    }
     void *args[] = {&sp, &lds, (void *)&rows, &dp, &ldd, &w, &n, &gather};
     NB_CUDA_TRY(nb_pdl_launch((const void *)k_move_rows, dim3((unsigned)n_rows), dim3(NB_ROW_THREADS), 0,
                               nb_cuda_stream(ctx), args));
@@ -655,11 +678,21 @@ extern "C" nb_status nb_cuda_norm_n(nb_ops_ctx *ctx, int n, const nb_norm_part *
 }
 
 // set_rows of up to NB_FUSED_MAX (src, dst) parts with the same rows: grid (token, part).
+// A part's dst is F32 or BF16 (bf16: rounded to nearest even; ldd in its elements), parts
+// may mix them (the KV pool's BF16 latent rows beside its F32 index keys).
 typedef struct set_part_dev {
     const float *src;
-    float *dst;
+    void *dst;
     int64_t lds, ldd, w, n;
+    int bf16;
 } set_part_dev;
+
+// A part's dst row from the launcher's view (F32 or BF16: nb_cuda_check_f32_bf16 passed).
+static set_part_dev set_part_of(const nb_tensor *s, const nb_tensor *d)
+{
+    return (set_part_dev){(const float *)s->data, d->data, s->stride[0], d->stride[0], s->shape[1], d->shape[0],
+                          d->dtype == NB_DTYPE_BF16};
+}
 typedef struct set_parts_dev {
     set_part_dev part[NB_FUSED_MAX];
 } set_parts_dev;
@@ -672,7 +705,12 @@ __global__ void k_set_rows_n(set_parts_dev p, const int32_t *rows)
     int64_t t = blockIdx.x, r = rows[t];
     if (r < 0 || r >= g->n) return;
     const float *s = g->src + t * g->lds;
-    float *d = g->dst + r * g->ldd;
+    if (g->bf16) {
+        uint16_t *d = (uint16_t *)g->dst + r * g->ldd;
+        for (int64_t j = threadIdx.x; j < g->w; j += blockDim.x) d[j] = nb_d_to_bf16(s[j]);
+        return;
+    }
+    float *d = (float *)g->dst + r * g->ldd;
     for (int64_t j = threadIdx.x; j < g->w; j += blockDim.x) d[j] = s[j];
 }
 
@@ -685,13 +723,12 @@ extern "C" nb_status nb_cuda_set_rows_n(nb_ops_ctx *ctx, int n, const nb_tensor 
     memset(&p, 0, sizeof p);
     for (int i = 0; i < n; i++) {
         NB_TRY(nb_cuda_check_f32("set_rows_n", "src", src[i], 2));
-        NB_TRY(nb_cuda_check_f32("set_rows_n", "dst", dst[i], 2));
+        NB_TRY(nb_cuda_check_f32_bf16("set_rows_n", "dst", dst[i], 2));
         if (src[i]->shape[1] != dst[i]->shape[1] || src[i]->shape[0] != src[0]->shape[0])
             return nb_error(NB_ERR_INVALID_ARG, "set_rows_n: part %d: src [%lld, %lld], dst [.., %lld], part 0 has %lld rows",
                             i, (long long)src[i]->shape[0], (long long)src[i]->shape[1], (long long)dst[i]->shape[1],
                             (long long)src[0]->shape[0]);
-        p.part[i] = (set_part_dev){(const float *)src[i]->data, (float *)dst[i]->data, src[i]->stride[0],
-                                   dst[i]->stride[0], src[i]->shape[1], dst[i]->shape[0]};
+        p.part[i] = set_part_of(src[i], dst[i]);
     }
     if (src[0]->shape[0] == 0) return NB_OK;
     void *args[] = {&p, (void *)&rows};
@@ -719,7 +756,7 @@ typedef struct prep_dev {
     nb_rope table[2];
     int64_t pairs[NB_FUSED_MAX]; /* (head, pair)s of rope part i */
     set_part_dev set[NB_FUSED_MAX];
-    int set_vec; /* every write row 16-byte aligned with a width multiple of 4 */
+    int set_vec; /* every write row aligned for 4 values a store (F32 16, BF16 8 bytes), width % 4 == 0 */
 } prep_dev;
 
 // Sum over the part's nw warps (starting at warp w0) of a double; bar: its named barrier.
@@ -823,7 +860,20 @@ __global__ void __launch_bounds__(NB_PREP_MAX_WARPS * 32) k_norm_rope_set(prep_d
             const set_part_dev *g = &p.set[r];
             if (row < 0 || row >= g->n) continue;
             const float *src = g->src + t * g->lds;
-            float *dst = g->dst + row * g->ldd;
+            if (g->bf16) { /* a BF16 dst: rounded to nearest even, 4 values per 8-byte store */
+                uint16_t *dst = (uint16_t *)g->dst + row * g->ldd;
+                if (p.set_vec) {
+                    for (int64_t j = threadIdx.x; j < g->w / 4; j += blockDim.x) {
+                        const float4 v = ((const float4 *)src)[j];
+                        ((uint2 *)dst)[j] = make_uint2(nb_d_to_bf16(v.x) | (uint32_t)nb_d_to_bf16(v.y) << 16,
+                                                       nb_d_to_bf16(v.z) | (uint32_t)nb_d_to_bf16(v.w) << 16);
+                    }
+                } else {
+                    for (int64_t j = threadIdx.x; j < g->w; j += blockDim.x) dst[j] = nb_d_to_bf16(src[j]);
+                }
+                continue;
+            }
+            float *dst = (float *)g->dst + row * g->ldd;
             if (p.set_vec) {
                 for (int64_t j = threadIdx.x; j < g->w / 4; j += blockDim.x)
                     ((float4 *)dst)[j] = ((const float4 *)src)[j];
@@ -916,13 +966,13 @@ extern "C" nb_status nb_cuda_norm_rope_set_n(nb_ops_ctx *ctx, const nb_norm_rope
     for (int i = 0; fit && i < q->n_set; i++) {
         const nb_tensor *s = q->src[i], *d = q->dst[i];
         NB_TRY(nb_cuda_check_f32("norm_rope_set_n", "src", s, 2));
-        NB_TRY(nb_cuda_check_f32("norm_rope_set_n", "dst", d, 2));
+        NB_TRY(nb_cuda_check_f32_bf16("norm_rope_set_n", "dst", d, 2));
         if (s->shape[1] != d->shape[1])
             return nb_error(NB_ERR_INVALID_ARG, "norm_rope_set_n: set part %d: src width %lld, dst %lld", i,
                             (long long)s->shape[1], (long long)d->shape[1]);
-        p.set[i] = (set_part_dev){(const float *)s->data, (float *)d->data, s->stride[0], d->stride[0], s->shape[1],
-                                  d->shape[0]};
-        if (!(s->shape[1] % 4 == 0 && al16(s->data, s->stride[0]) && al16(d->data, d->stride[0]))) p.set_vec = 0;
+        p.set[i] = set_part_of(s, d);
+        const bool dal = p.set[i].bf16 ? (uintptr_t)d->data % 8 == 0 && d->stride[0] % 4 == 0 : al16(d->data, d->stride[0]);
+        if (!(s->shape[1] % 4 == 0 && al16(s->data, s->stride[0]) && dal)) p.set_vec = 0;
     }
     if (!fit) {
         if (q->n_norm) NB_TRY(nb_cuda_norm_n(ctx, q->n_norm, q->norms));

@@ -43,7 +43,15 @@ __device__ __forceinline__ void mla_cp_wait(void)
     asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
 }
 
-// Row `row` of the pool ([latent | k_pe], or zeros for -1) into dst, by the calling warp.
+// A BF16 pool row (a.lat16, a.vec) is staged by cp.async in the tail of its float slot in
+// shared memory, at this element offset (BF16 units, 16-byte aligned; the slot holds 2 Dp of
+// them) and widened in place once it has landed (mla_widen_row).
+__device__ __forceinline__ int mla_stage16(int Dp, int D) { return (2 * Dp - D) & ~7; }
+
+// Row `row` of the pool ([latent | k_pe], or zeros for -1) into dst, by the calling warp. R16,
+// a BF16 pool: with 16-byte rows staged (mla_stage16) for mla_widen_row; other BF16 rows are
+// loaded and widened here (synchronously).
+template <bool R16>
 __device__ __forceinline__ void mla_copy_row(const mla_args &a, float *dst, int64_t row, int lane)
 {
     const int D = a.r + a.rope, D4 = D / 4, r4 = a.r / 4;
@@ -51,11 +59,40 @@ __device__ __forceinline__ void mla_copy_row(const mla_args &a, float *dst, int6
         for (int c = lane; c < D; c += 32) dst[c] = 0.0f;
         return;
     }
+    if (R16) {
+        if (a.vec) {
+            uint16_t *st = (uint16_t *)dst + mla_stage16(a.Dp, D);
+            for (int c8 = lane; c8 < D / 8; c8 += 32) mla_cp16(st + 8 * c8, mla_row16(a, row, 8 * c8));
+        } else {
+            for (int c = lane; c < D; c += 32) dst[c] = nb_d_bf16(*mla_row16(a, row, c));
+        }
+        return;
+    }
     const float *lr = a.lat + row * a.ls0, *pr = a.kpe + row * a.ps0;
     if (a.vec) {
         for (int c4 = lane; c4 < D4; c4 += 32) mla_cp16(dst + 4 * c4, c4 < r4 ? lr + 4 * c4 : pr + 4 * (c4 - r4));
     } else {
         for (int c = lane; c < D; c += 32) mla_cp4(dst + c, c < a.r ? lr + c : pr + (c - a.r));
+    }
+}
+
+// The staged BF16 row in dst's slot (mla_copy_row) -> floats in place, by the calling warp, in
+// steps of 128 floats: step k reads BF16 elements stage + 128k .. stage + 128k + 127 and
+// writes floats 128k .., i.e. BF16 units below 256 (k + 1). A step's stores reach no element
+// a later step reads (128 (k + 1) <= stage for every step that has a later one: stage >= D - 7
+// and both are multiples of 8), so only a step's own loads and stores are separated.
+__device__ __forceinline__ void mla_widen_row(const mla_args &a, float *dst, int lane)
+{
+    const int D4 = (a.r + a.rope) / 4;
+    const uint16_t *st = (const uint16_t *)dst + mla_stage16(a.Dp, a.r + a.rope);
+    for (int c0 = 0; c0 < D4; c0 += 32) {
+        const int c4 = c0 + lane;
+        uint2 u = make_uint2(0u, 0u);
+        if (c4 < D4) u = *(const uint2 *)(st + 4 * c4);
+        __syncwarp(); /* every lane's loads of this step before any of its stores */
+        if (c4 < D4)
+            *(float4 *)(dst + 4 * c4) = make_float4(nb_d_bf16((uint16_t)(u.x & 0xffffu)), nb_d_bf16((uint16_t)(u.x >> 16)),
+                                                    nb_d_bf16((uint16_t)(u.y & 0xffffu)), nb_d_bf16((uint16_t)(u.y >> 16)));
     }
 }
 
@@ -70,7 +107,10 @@ __device__ __forceinline__ void mla_copy_row(const mla_args &a, float *dst, int6
 // copied before griddepcontrol.wait, the rest and q (the input step's) after it, so on a
 // programmatic launch the row loads overlap the input step; dense attention only (a DSA
 // selection is this layer's: then it waits first). Same arithmetic either way.
-template <int G, int HPW, bool EARLY>
+// R16: BF16 pool rows (a.lat16), widened to float in shared memory (mla_copy_row); a separate
+// instance, so that the F32 ones compile as before (ptxas: the runtime branch cost them
+// registers and spills).
+template <int G, int HPW, bool EARLY, bool R16>
 __global__ void __launch_bounds__(32 * G / HPW) k_mla_attend(mla_args a)
 {
     constexpr int NW = G / HPW, NT = 32 * NW, GH = 4 * HPW; /* GH: heads per thread in P.latent */
@@ -116,9 +156,9 @@ __global__ void __launch_bounds__(32 * G / HPW) k_mla_attend(mla_args a)
         __syncthreads();
         /* positions below pos - T + 1 precede every token of this step: earlier steps wrote them */
         const int safe = waited ? MLA_P : min(MLA_P, max(0, pos - a.T + 1 - ch0 * MLA_P));
-        for (int p = w; p < safe; p += NW) mla_copy_row(a, ks + p * Dp, rowid[p], lane);
+        for (int p = w; p < safe; p += NW) mla_copy_row<R16>(a, ks + p * Dp, rowid[p], lane);
         if (!waited) asm volatile("griddepcontrol.wait;\n" ::: "memory");
-        for (int p = safe + w; p < MLA_P; p += NW) mla_copy_row(a, ks + p * Dp, rowid[p], lane);
+        for (int p = safe + w; p < MLA_P; p += NW) mla_copy_row<R16>(a, ks + p * Dp, rowid[p], lane);
     }
 #pragma unroll 4
     for (int e = tid; e < G * r4; e += NT) {
@@ -158,10 +198,15 @@ __global__ void __launch_bounds__(32 * G / HPW) k_mla_attend(mla_args a)
                 rowid[tid] = j < n ? (int)mla_row(a, t, j, pos) : -1;
             }
             __syncthreads();
-            for (int p = w; p < MLA_P; p += NW) mla_copy_row(a, ks + p * Dp, rowid[p], lane);
+            for (int p = w; p < MLA_P; p += NW) mla_copy_row<R16>(a, ks + p * Dp, rowid[p], lane);
         }
         mla_cp_wait();
         __syncthreads();
+        if (R16 && a.vec) { /* BF16 rows staged by cp.async (by any warp): widened in place */
+            for (int p = w; p < MLA_P; p += NW)
+                if (rowid[p] >= 0) mla_widen_row(a, ks + p * Dp, lane);
+            __syncthreads();
+        }
         // scores of row `lane` for heads HPW w .. HPW w + HPW - 1 (Dp / 4 is odd: conflict-free rows)
         float sc[HPW];
 #pragma unroll
@@ -267,6 +312,38 @@ __device__ __forceinline__ void ldsm_x2_t(uint32_t *r, const void *p)
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(s));
 }
 
+// Row `row` of a BF16 pool (zeros for -1, and past D up to Dk) into dst by the calling warp:
+// 16-byte pieces where the rows allow (a.vec), else pairs of elements.
+__device__ __forceinline__ void mma_row16(const mla_args &a, uint16_t *dst, int64_t row, int D, int Dk, int lane)
+{
+    const int Dk8 = Dk / 8;
+    if (a.vec) {
+        uint4 v[3]; /* every load of the row issued before its stores */
+#pragma unroll
+        for (int i = 0; i < 3; i++) {
+            const int c8 = lane + 32 * i;
+            v[i] = make_uint4(0u, 0u, 0u, 0u);
+            if (row >= 0 && 8 * c8 < D) v[i] = __ldg((const uint4 *)mla_row16(a, row, 8 * c8));
+        }
+#pragma unroll
+        for (int i = 0; i < 3; i++) {
+            const int c8 = lane + 32 * i;
+            if (c8 < Dk8) *(uint4 *)(dst + 8 * c8) = v[i];
+        }
+        for (int c8 = lane + 96; c8 < Dk8; c8 += 32) { /* wider than GLM-5's 576 */
+            uint4 u = make_uint4(0u, 0u, 0u, 0u);
+            if (row >= 0 && 8 * c8 < D) u = __ldg((const uint4 *)mla_row16(a, row, 8 * c8));
+            *(uint4 *)(dst + 8 * c8) = u;
+        }
+        return;
+    }
+    for (int c = 2 * lane; c < Dk; c += 64) {
+        uint32_t x = 0, y = 0; /* D is a multiple of 4: c and c + 1 on the same side */
+        if (row >= 0 && c < D) x = *mla_row16(a, row, c), y = *mla_row16(a, row, c + 1);
+        *(uint32_t *)(dst + c) = x | y << 16;
+    }
+}
+
 __global__ void __launch_bounds__(MMA_THREADS, 1) k_mla_attend_mma(mla_args a)
 {
     extern __shared__ float4 sh4[];
@@ -319,6 +396,10 @@ __global__ void __launch_bounds__(MMA_THREADS, 1) k_mla_attend_mma(mla_args a)
         for (int p = w; p < MMA_P; p += MMA_THREADS / 32) {
             const int64_t row = rowid[p];
             uint16_t *dst = ks + p * Ld;
+            if (a.lat16) { /* a BF16 pool: the rows as they are */
+                mma_row16(a, dst, row, D, Dk, lane);
+                continue;
+            }
             const float *lr = a.lat + (row < 0 ? 0 : row) * a.ls0, *pr = a.kpe + (row < 0 ? 0 : row) * a.ps0;
             if (a.vec) {
                 float4 v[5];
@@ -703,13 +784,19 @@ static size_t mma_smem(int r, int rope)
 
 extern "C" int nb_cuda_mla_kernel(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_tokens)
 {
+    return nb_cuda_mla_kernel_pool(ctx, d, n_tokens, 0);
+}
+
+extern "C" int nb_cuda_mla_kernel_pool(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_tokens, int pool_bf16)
+{
     int max_smem = 0;
     cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, nb_cuda_st(ctx)->device);
     /* the 32-head tensor-core kernel's shapes: 32-column output tiles per warp quarter, <= 16
      * of them; 79 KB of shared memory at GLM-5's 576 */
     const int mma_ok = !(d->kv_lora_rank % 32 || d->kv_lora_rank > 32 * MMA_NT || d->qk_rope % 4 ||
                          mma_smem(d->kv_lora_rank, d->qk_rope) > 200 * 1024);
-    const int dec_ok = nb_cuda_mla_dec_smem(d->kv_lora_rank, d->qk_rope, max_smem) > 0;
+    /* the decode kernel reads F32 rows only: a BF16 pool runs mma where it would run */
+    const int dec_ok = !pool_bf16 && nb_cuda_mla_dec_smem(d->kv_lora_rank, d->qk_rope, max_smem) > 0;
     int cc_major = 0;
     cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, nb_cuda_st(ctx)->device);
     const int wg_ok = nb_cuda_mla_wg_ok(d->kv_lora_rank, d->qk_rope, cc_major, max_smem);
@@ -724,7 +811,7 @@ extern "C" int nb_cuda_mla_kernel(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_t
                                 : -1;
     }
     if (k == NB_CUDA_MLA_WG && !wg_ok) k = NB_CUDA_MLA_DEC; /* shapes or device the wgmma kernel does not take */
-    if (k == NB_CUDA_MLA_DEC && !dec_ok) k = NB_CUDA_MLA_MMA; /* shapes the decode kernel does not take */
+    if (k == NB_CUDA_MLA_DEC && !dec_ok) k = NB_CUDA_MLA_MMA; /* shapes (or a BF16 pool) dec does not take */
     if (k == NB_CUDA_MLA_MMA && !mma_ok) k = NB_CUDA_MLA_F32;
     if (k >= 0) return k;
     /* automatic: on the H200 at context 256 (bench/RESULTS.md) the float32 kernel is faster
@@ -780,6 +867,17 @@ static int f32_group(int T)
     return v == 4 || v == 8 || v == 16 ? v : NB_CUDA_MLA_F32_G_DEFAULT;
 }
 
+// The float32 kernel's instance for fg heads per block, hpw per warp (16 heads: 4 or 2; 8: 2;
+// 4: 1), the small path's EARLY form (16 heads only) and R16 (BF16 pool rows).
+template <bool R16>
+static const void *f32_kernel(int fg, int hpw, int early)
+{
+    if (fg == 4) return (const void *)k_mla_attend<4, 1, false, R16>;
+    if (fg == 8) return (const void *)k_mla_attend<8, 2, false, R16>;
+    if (early) return hpw == 4 ? (const void *)k_mla_attend<MLA_G, 4, true, R16> : (const void *)k_mla_attend<MLA_G, 2, true, R16>;
+    return hpw == 4 ? (const void *)k_mla_attend<MLA_G, 4, false, R16> : (const void *)k_mla_attend<MLA_G, 2, false, R16>;
+}
+
 // Dynamic shared memory of k_mla_attend with G heads per block.
 static size_t f32_smem(int G, int Dp) { return ((size_t)(G + MLA_P) * Dp + MLA_P * G + 3 * G + MLA_P) * sizeof(float); }
 
@@ -792,8 +890,18 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
     const nb_cuda_mla_w W = *Wp;
     const int T = (int)q->shape[0], H = d->n_heads, r = d->kv_lora_rank, rope = d->qk_rope, nope = d->qk_nope,
               vd = d->v_dim;
-    /* a device whose opt-in shared memory is below the mma kernel's runs the float32 one */
-    const int kern = nb_cuda_mla_kernel(ctx, d, T), wg = kern == NB_CUDA_MLA_WG;
+    /* the pools' dtype (both F32 or both BF16: nb_cuda_mla_attention) and whether their rows
+     * are 16-byte aligned: the wg kernel's condition; dec, mma and f32 then copy 16-byte
+     * pieces, which for BF16 rows must not straddle latent and k_pe (rank, rope % 8) */
+    const int p16 = latent_pool->dtype == NB_DTYPE_BF16, pes = p16 ? 2 : 4;
+    const int vec = ((uintptr_t)latent_pool->data % 16 == 0) && latent_pool->stride[0] * pes % 16 == 0 &&
+                    ((uintptr_t)kpe_pool->data % 16 == 0) && kpe_pool->stride[0] * pes % 16 == 0 &&
+                    (!p16 || (r % 8 == 0 && rope % 8 == 0));
+    /* a device whose opt-in shared memory is below the mma kernel's runs the float32 one; wg
+     * on rows that are not 16-byte aligned runs dec (F32 rows) or mma (BF16 rows) */
+    int kern = nb_cuda_mla_kernel_pool(ctx, d, T, p16);
+    if (kern == NB_CUDA_MLA_WG && !vec) kern = p16 ? NB_CUDA_MLA_MMA : NB_CUDA_MLA_DEC;
+    const int wg = kern == NB_CUDA_MLA_WG;
     const int dec = kern == NB_CUDA_MLA_DEC || wg; /* wg: the same grid (dec where rows are unaligned) */
     const int mma = kern == NB_CUDA_MLA_MMA && mma_smem(r, rope) <= (size_t)max_smem,
               fg = f32_group(T), G = dec ? MLA_DEC_G : mma ? MMA_G : fg;
@@ -813,9 +921,6 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
     const int one = bf && mla_terms(kern) == 1; /* or one term (mla.h nb_cuda_mla_force_terms) */
     const int two = bf && !one ? 2 : 1, hs = nope + vd;
     const int64_t T2 = (int64_t)two * T;
-    /* pool rows 16-byte aligned (the wg kernel's condition; dec copies them in 16-byte pieces) */
-    const int vec = ((uintptr_t)latent_pool->data % 16 == 0) && latent_pool->stride[0] % 4 == 0 &&
-                    ((uintptr_t)kpe_pool->data % 16 == 0) && kpe_pool->stride[0] % 4 == 0;
     /* the wg kernel with one term: q_lat in BF16 straight from the first GEMM (mla.h) */
     const int q16 = wg && vec && one && qlat16_on();
     const int64_t qw = q16 ? r + rope : r; /* q16: [H][T][r + rope] BF16, q_pe BF16 in columns r .. */
@@ -875,8 +980,10 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
     a.qlat = q16 ? NULL : qlat;
     a.qlat16 = q16 ? (const uint16_t *)qlat : NULL;
     a.two = two;
-    a.lat = (const float *)latent_pool->data;
-    a.kpe = (const float *)kpe_pool->data;
+    a.lat = p16 ? NULL : (const float *)latent_pool->data;
+    a.kpe = p16 ? NULL : (const float *)kpe_pool->data;
+    a.lat16 = p16 ? (const uint16_t *)latent_pool->data : NULL;
+    a.kpe16 = p16 ? (const uint16_t *)kpe_pool->data : NULL;
     a.ls0 = latent_pool->stride[0];
     a.ps0 = kpe_pool->stride[0];
     a.pool_rows = latent_pool->shape[0];
@@ -909,13 +1016,14 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
                            mma_smem(r, rope), stream>>>(a);
         NB_CUDA_LAUNCHED("mla_attention mma");
     } else if (attr_dev != cs->device) {
-        const void *fns[6] = {(const void *)k_mla_attend<MLA_G, 4, false>, (const void *)k_mla_attend<MLA_G, 2, false>,
-                              (const void *)k_mla_attend<MLA_G, 4, true>,  (const void *)k_mla_attend<MLA_G, 2, true>,
-                              (const void *)k_mla_attend<8, 2, false>,     (const void *)k_mla_attend<4, 1, false>};
-        for (int i = 0; i < 6; i++) {
-            NB_CUDA_TRY(cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+        /* every instance: (G, HPW) 16/4, 16/2, 8/2, 4/1, EARLY at 16, F32 and BF16 rows */
+        static const int forms[6][3] = {{MLA_G, 4, 0}, {MLA_G, 2, 0}, {MLA_G, 4, 1}, {MLA_G, 2, 1}, {8, 2, 0}, {4, 1, 0}};
+        for (int i = 0; i < 12; i++) {
+            const int *f = forms[i % 6];
+            const void *fn = i < 6 ? f32_kernel<false>(f[0], f[1], f[2]) : f32_kernel<true>(f[0], f[1], f[2]);
+            NB_CUDA_TRY(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
             /* GLM-5's 114 KB per block: two blocks per SM when the carveout is all shared memory */
-            NB_CUDA_TRY(cudaFuncSetAttribute(fns[i], cudaFuncAttributePreferredSharedMemoryCarveout, 100));
+            NB_CUDA_TRY(cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
         }
         attr_dev = cs->device;
     }
@@ -933,17 +1041,9 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
         at[0].val.programmaticStreamSerializationAllowed = 1;
         cfg.attrs = at;
         cfg.numAttrs = att_pdl ? 1 : 0;
-        if (fg == 4) {
-            NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, k_mla_attend<4, 1, false>, a));
-        } else if (fg == 8) {
-            NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, k_mla_attend<8, 2, false>, a));
-        } else if (early) {
-            if (hpw == 4) NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, k_mla_attend<MLA_G, 4, true>, a));
-            else NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, k_mla_attend<MLA_G, 2, true>, a));
-        } else {
-            if (hpw == 4) NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, k_mla_attend<MLA_G, 4, false>, a));
-            else NB_CUDA_TRY(cudaLaunchKernelEx(&cfg, k_mla_attend<MLA_G, 2, false>, a));
-        }
+        void *args[] = {&a};
+        NB_CUDA_TRY(cudaLaunchKernelExC(&cfg, p16 ? f32_kernel<true>(fg, hpw, early) : f32_kernel<false>(fg, hpw, early),
+                                        args));
         NB_CUDA_LAUNCHED("mla_attention");
     }
     if (S > 1 && (!small || sep_merge) && (small ? (stages & 4) : (steps & 4))) {
@@ -979,8 +1079,12 @@ extern "C" nb_status nb_cuda_mla_attention(nb_ops_ctx *ctx, nb_mla_mode mode, co
                                            float scale, nb_tensor *out)
 {
     NB_TRY(nb_cuda_check_f32("mla_attention", "q", q, 3));
-    NB_TRY(nb_cuda_check_f32("mla_attention", "latent_pool", latent_pool, 2));
-    NB_TRY(nb_cuda_check_f32("mla_attention", "kpe_pool", kpe_pool, 2));
+    NB_TRY(nb_cuda_check_f32_bf16("mla_attention", "latent_pool", latent_pool, 2));
+    NB_TRY(nb_cuda_check_f32_bf16("mla_attention", "kpe_pool", kpe_pool, 2));
+    if (latent_pool->dtype != kpe_pool->dtype)
+        return nb_error(NB_ERR_INVALID_ARG, "mla_attention: latent_pool is %s and kpe_pool %s: both F32 or both BF16",
+                        latent_pool->dtype == NB_DTYPE_BF16 ? "BF16" : "F32",
+                        kpe_pool->dtype == NB_DTYPE_BF16 ? "BF16" : "F32");
     NB_TRY(nb_cuda_check_f32("mla_attention", "out", out, 3));
     NB_TRY(nb_cuda_check_weight("mla_attention kv_b", kv_b));
     (void)mode; /* both forms run the absorbed path: the same function (ops.h) */

@@ -57,7 +57,8 @@ void nb_cuda_mla_force_token_tile(int tokens);
  * rows (>= 33 tokens at 64 heads on 132 SMs), the float32 kernel below. */
 #define NB_CUDA_MLA_F32 0
 #define NB_CUDA_MLA_MMA 1
-/* The decode kernel for many tokens (mla_decode.cu): all 64 heads of a token per block, so each
+/* The decode kernel for many tokens (mla_decode.cu; F32 pools only, mma on BF16 ones): all 64
+ * heads of a token per block, so each
  * latent row is read from HBM once per token, the next chunks of rows on their way (bulk copies
  * into shared memory, L2 prefetch) while the current one is computed; BF16 mma.sync like
  * NB_CUDA_MLA_MMA (same error). Rank a multiple of 32 up to 512; NIBBLE_CUDA_MLA=dec forces it
@@ -65,13 +66,15 @@ void nb_cuda_mla_force_token_tile(int tokens);
  * counts at which that one ran; measured faster at 64, 256 and 1000 tokens, bench/RESULTS.md). */
 #define NB_CUDA_MLA_DEC 2
 /* The wgmma decode kernel (mla_wg.cu, sm_90a, rank 512 and rope 64 only): one block of a
- * producer warpgroup (float32 rows -> BF16 128-byte swizzled tiles in shared memory) and two
+ * producer warpgroup (float32 rows -> BF16 128-byte swizzled tiles in shared memory; BF16
+ * pool rows copied there by cp.async, nb_cuda_mla_kernel_pool) and two
  * consumer warpgroups (S = q.rows^T and P.latent on wgmma, the online softmax in registers);
  * same error as NB_CUDA_MLA_DEC. NIBBLE_CUDA_MLA=wg forces it (dec where it does not take the
  * shapes, or a pool whose rows are not 16-byte aligned). */
 #define NB_CUDA_MLA_WG 3
 /* Tests and timings: the wg kernel's rows in flight per producer warp, 2 or 4 (anything else:
- * back to NIBBLE_CUDA_MLA_WG_RB=2|4, else the default in mla_wg.cu). */
+ * back to NIBBLE_CUDA_MLA_WG_RB=2|4, else the default in mla_wg.cu). F32 rows only: on BF16
+ * rows every producer warp has its whole 16 rows of a chunk in flight by cp.async. */
 void nb_cuda_mla_wg_force_rows(int rows);
 /* Tests and timings: the wg kernel's grid, 1 persistent (one block per SM looping over the
  * (token, head group, split) items, the producer streaming the next item's rows while the
@@ -131,8 +134,17 @@ void nb_cuda_mla_force_kernel(int kernel);
 /* 1 when a call (or token tile) of n_tokens tokens with these dims runs the tensor-core kernel
  * (selected, and its shapes: rank a multiple of 32 up to 512), else 0 (float32 kernel). */
 int nb_cuda_mla_uses_mma(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_tokens);
-/* Which attention kernel such a call runs: NB_CUDA_MLA_F32, _MMA, _DEC or _WG (nonzero: BF16). */
+/* Which attention kernel such a call runs on F32 pools: NB_CUDA_MLA_F32, _MMA, _DEC or _WG
+ * (nonzero: BF16 arithmetic). */
 int nb_cuda_mla_kernel(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_tokens);
+/* The same for F32 (pool_bf16 0) or BF16 pools (1, ops.h nb_op_mla_attention: the pool's
+ * `--kv-cache-dtype bf16`). Every kernel but dec reads BF16 rows: the float32 kernel stages
+ * them by cp.async and widens them in shared memory, mma copies them as they are, wg copies
+ * them by cp.async straight into its swizzled tiles (no producer registers, no conversion);
+ * where dec would run (automatic or forced) a BF16 pool runs mma. A pool whose rows are not
+ * 16-byte aligned (BF16: or rank / rope not multiples of 8) runs mma instead of wg inside the
+ * op (F32: dec), which this does not see. */
+int nb_cuda_mla_kernel_pool(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_tokens, int pool_bf16);
 
 /* The small-batch path (mla_small.cu): at 1..NB_CUDA_MLA_SMALL_MAX tokens the two absorption
  * steps can be kernels of their own instead of the batched GEMMs: each reads kv_b once and uses

@@ -465,6 +465,8 @@ extern "C" nb_status nb_cuda_mla_dec_launch(const mla_args *a, int groups, int S
                                             cudaStream_t stream)
 {
     static int attr_dev = -1; /* the opt-in maximum, set once per process and device */
+    if (a->lat16) /* BF16 pools run mma in its place (mla.h nb_cuda_mla_kernel_pool) */
+        return nb_error(NB_ERR_UNSUPPORTED, "mla_attention dec: F32 pool rows only");
     const size_t smem = nb_cuda_mla_dec_smem(a->r, a->rope, max_smem);
     if (!smem)
         return nb_error(NB_ERR_UNSUPPORTED, "mla_attention dec: rank %d / rope %d not taken by the decode kernel", a->r,

@@ -14,14 +14,16 @@ typedef struct mla_args {
     const float *qlat; /* [H][two * T][r]: row t (+ row T + t when two) */
     const uint16_t *qlat16; /* or (the wg kernel, one term) BF16 [H][T][r + rope]: q_lat, then q_pe (mla.h) */
     int two;
-    const float *lat, *kpe;
-    int64_t ls0, ps0, pool_rows;
+    const float *lat, *kpe; /* F32 pools (ops.h), or NULL when the pools are BF16: */
+    const uint16_t *lat16, *kpe16; /* BF16 pools (--kv-cache-dtype bf16), else NULL */
+    int64_t ls0, ps0, pool_rows;   /* row strides in elements of the pools' dtype */
     nb_attn_index idx;
     const int32_t *sel_pos, *sel_count;
     int sel_stride;
     float scale;
     int T, H, r, rope, nope, Dp;
-    int vec; /* pool rows 16-byte aligned: chunk rows copied in 16-byte pieces */
+    int vec; /* pool rows 16-byte aligned (BF16: and rank, rope multiples of 8): chunk rows
+              * copied in 16-byte pieces that never straddle latent and k_pe */
     float *part;     /* splits > 1: [T][H][S][2 + r] (m, l, unnormalized sum) */
     float *o32;      /* F32 output [H][T][r] */
     uint16_t *ob;    /* or BF16 hi/lo output [H][2T][r] */
@@ -45,6 +47,12 @@ __device__ __forceinline__ int64_t mla_row(const mla_args &a, int i, int j, int 
     if (p < 0 || p > pos) return -1;
     int64_t row = a.idx.slot_table[a.idx.slot_base[i] + p];
     return row >= 0 && row < a.pool_rows ? row : -1;
+}
+
+// Element c of row `row`'s [latent | k_pe] in a BF16 pool (a.lat16 / a.kpe16).
+__device__ __forceinline__ const uint16_t *mla_row16(const mla_args &a, int64_t row, int c)
+{
+    return c < a.r ? a.lat16 + row * a.ls0 + c : a.kpe16 + row * a.ps0 + (c - a.r);
 }
 
 // Output column c of head h, token t: F32, or the BF16 hi/lo pair the second GEMM reads.
@@ -104,8 +112,8 @@ extern "C" nb_status nb_cuda_mla_dec_launch(const mla_args *a, int groups, int S
  * compute capability major and opt-in shared memory (rank 512, rope 64, Hopper). */
 extern "C" int nb_cuda_mla_wg_ok(int r, int rope, int cc_major, int max_smem);
 // Launch it over the T * ceil(H / 64) * S (token, head group, split) items (a persistent grid
-// or a block per item, mla.h nb_cuda_mla_wg_force_persist); pool rows must be 16-byte aligned
-// (a->vec), else NB_ERR_UNSUPPORTED. The caller merges splits (S > 1) with the merge kernel.
+// or a block per item, mla.h nb_cuda_mla_wg_force_persist); F32 (a->lat) or BF16 (a->lat16)
+// pool rows, which must be 16-byte aligned (a->vec), else NB_ERR_UNSUPPORTED. The caller merges splits (S > 1) with the merge kernel.
 extern "C" nb_status nb_cuda_mla_wg_launch(const mla_args *a, int groups, int S, int device, cudaStream_t stream);
 
 // One online-softmax step of a row held by a lane quad (8 of its scaled scores per lane): the

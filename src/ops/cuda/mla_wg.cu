@@ -5,6 +5,8 @@
 // One block of three warpgroups per (token, group of 64 heads, KV split), one block per SM:
 //   warpgroup 0 (producer, few registers): reads each chunk of 64 attended float32 rows
 //     [latent | k_pe] from global memory into registers (RB = 4 rows per warp in flight, or 2;
+//     BF16 pool rows (--kv-cache-dtype bf16, RB 0): copied by cp.async in 16-byte pieces
+//     straight into the swizzled tile, a warp's 16 rows of a chunk in flight at once;
 //     pool row ids looked up two and three chunks ahead; with NIBBLE_CUDA_MLA_WG_PF=1 the chunk
 //     after next also prefetched into L2 by the bulk-copy engine, which measured slower: mla.h),
 //     converts them to BF16 and stores them into one of two
@@ -109,16 +111,37 @@ __device__ __forceinline__ void wg_rs256(float (&d)[128], uint32_t a0, uint32_t 
 }
 
 // L2 prefetch of one row: lanes 0-15 its latent, lanes 16-31 its k_pe (same row for lane
-// and lane ^ 16).
+// and lane ^ 16); R16: of a BF16 pool.
+template <int R16>
 __device__ __forceinline__ void wg_prefetch(const mla_args &a, int row, int lane)
 {
     if (row < 0) return;
+    const int es = R16 ? 2 : 4;
     if (lane < 16) {
-        const char *p = (const char *)(a.lat + (int64_t)row * a.ls0);
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(WG_R * 4) : "memory");
+        const char *p = R16 ? (const char *)(a.lat16 + (int64_t)row * a.ls0) : (const char *)(a.lat + (int64_t)row * a.ls0);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(WG_R * es) : "memory");
     } else {
-        const char *p = (const char *)(a.kpe + (int64_t)row * a.ps0);
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(WG_ROPE * 4) : "memory");
+        const char *p = R16 ? (const char *)(a.kpe16 + (int64_t)row * a.ps0) : (const char *)(a.kpe + (int64_t)row * a.ps0);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(WG_ROPE * es) : "memory");
+    }
+}
+
+// The 16 rows 16w .. 16w + 15 of a chunk from a BF16 pool (row ids in lanes 0-15's idA, -1:
+// zeros) into the swizzled tile at shared address ts, by cp.async: 72 pieces of 16 bytes per
+// row (64 of latent, 8 of k_pe; piece jj is float4s 2jj, 2jj + 1 of wg_off's layout), all of
+// the warp's pieces in flight at once, no registers held for them. Asynchronous: completion is
+// counted on the tile's full barrier (cp.async.mbarrier.arrive.noinc, the caller).
+__device__ __forceinline__ void wg_copy_rows16(const mla_args &a, uint32_t ts, int idA, int w, int lane)
+{
+#pragma unroll 4
+    for (int i = 0; i < 16; i++) {
+        const int id = __shfl_sync(0xffffffffu, idA, i), row = 16 * w + i;
+        const int64_t rw = id < 0 ? 0 : id;
+        const uint16_t *lr = a.lat16 + rw * a.ls0, *pr = a.kpe16 + rw * a.ps0;
+        for (int jj = lane; jj < (WG_R + WG_ROPE) / 8; jj += 32)
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(ts + wg_off(row, 2 * jj)),
+                         "l"(jj < WG_R / 8 ? lr + 8 * jj : pr + 8 * (jj - WG_R / 8)), "r"(id >= 0 ? 16 : 0)
+                         : "memory");
     }
 }
 
@@ -242,7 +265,8 @@ __device__ __forceinline__ void wg_put_staged(const mla_args &a, const float (&o
 // Items item = blockIdx.x, + gridDim.x, ... of n_items = T x head groups x S (s fastest): one
 // per block (grid = n_items), or a persistent grid of one block per SM, where the producer
 // streams the next item's rows while the consumers finish the last one and load its q.
-// RB: rows per producer warp in flight (2 or 4); PREG / CREG: the producer's and consumers'
+// RB: rows per producer warp in flight (2 or 4) from F32 pool rows, or 0: BF16 pool rows
+// (a.lat16) copied by cp.async (wg_copy_rows16); PREG / CREG: the producer's and consumers'
 // registers (setmaxnreg; ptxas allocates each role's code within its figure: with none, the
 // consumers spill at the launch cap of 168).
 // Q16: q in BF16 (a.qlat16), copied by cp.async during the previous item (2: and the outputs
@@ -260,10 +284,13 @@ __global__ void __launch_bounds__(WG_THREADS, 1) k_mla_wg(mla_args a, int S, int
     uint64_t *full = (uint64_t *)(ring + 2 * WG_P), *empty = full + 2;
     const int groups = (a.H + MLA_DEC_G - 1) / MLA_DEC_G;
     const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
+    /* full: the 128 producer threads' arrivals; BF16 rows (RB 0): their 128 asynchronous
+     * arrivals (cp.async.mbarrier.arrive.noinc, when each thread's copies have landed) and 64
+     * plain ones, of the threads that wrote the tile's row ids (below) */
     if (tid == 0) {
         for (int i = 0; i < 2; i++) {
             asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"((unsigned)__cvta_generic_to_shared(full + i)),
-                         "r"(128));
+                         "r"(RB ? 128 : 192));
             asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"((unsigned)__cvta_generic_to_shared(empty + i)),
                          "r"(256));
         }
@@ -298,46 +325,70 @@ __global__ void __launch_bounds__(WG_THREADS, 1) k_mla_wg(mla_args a, int S, int
             }
             int idA = id3[0], idB = id3[1], idC = id3[2], pD = pp[3];
             if (a.l2pf) {
-                wg_prefetch(a, idA, lane);
-                wg_prefetch(a, idB, lane);
+                wg_prefetch<RB == 0>(a, idA, lane);
+                wg_prefetch<RB == 0>(a, idB, lane);
             }
             for (int c = x.ch0; c < x.ch1; c++, gc++) {
                 const int b = gc & 1;
                 char *tile = kv + b * WG_OPND;
+                if (RB == 0) {
+                    if (a.l2pf) wg_prefetch<1>(a, idC, lane);                   /* chunk c + 2 */
+                    if (gc >= 2) mla_mwait(empty + b, ((gc >> 1) + 1) & 1); /* its last use consumed */
+                    wg_copy_rows16(a, (uint32_t)__cvta_generic_to_shared(tile), idA, w, lane);
+                    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(
+                                     (unsigned)__cvta_generic_to_shared(full + b))
+                                 : "memory");
+                    /* The row ids: plain stores, which the asynchronous arrival above does not
+                     * order (it is no release of this thread's earlier stores: the phase could
+                     * complete, and be seen, before them). So the threads that stored one also arrive
+                     * normally (mbarrier.arrive: release at CTA scope) after it; the phase
+                     * completes only with these 64 arrivals and the 128 asynchronous ones
+                     * (the barrier's count, 192), and the consumers' wait (acquire) then sees
+                     * the ids as well as the copies' data. The copies are writes of the
+                     * generic proxy the tensor cores (async proxy) read: the consumers fence
+                     * the proxies after their wait, since this thread cannot fence copies
+                     * that are still in flight. */
+                    if (lane < 16) {
+                        ring[b * WG_P + rr] = idA;
+                        wg_arrive(full + b);
+                    }
+                } else {
+                    constexpr int RF = RB ? RB : 1; /* F32 rows in flight (never 0 here) */
 #pragma unroll 1
-                for (int rb = 0; rb < 16 / RB; rb++) {
-                    float4 v[RB][5];
+                    for (int rb = 0; rb < 16 / RF; rb++) {
+                        float4 v[RF][5];
 #pragma unroll
-                    for (int k = 0; k < RB; k++) {
-                        const int id = __shfl_sync(0xffffffffu, idA, RB * rb + k);
-                        const float4 *lr = (const float4 *)(a.lat + (int64_t)(id < 0 ? 0 : id) * a.ls0);
-                        const float4 *pr = (const float4 *)(a.kpe + (int64_t)(id < 0 ? 0 : id) * a.ps0);
+                        for (int k = 0; k < RF; k++) {
+                            const int id = __shfl_sync(0xffffffffu, idA, RF * rb + k);
+                            const float4 *lr = (const float4 *)(a.lat + (int64_t)(id < 0 ? 0 : id) * a.ls0);
+                            const float4 *pr = (const float4 *)(a.kpe + (int64_t)(id < 0 ? 0 : id) * a.ps0);
 #pragma unroll
-                        for (int i = 0; i < 5; i++) {
-                            const int c4 = lane + 32 * i;
-                            v[k][i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                            if (id >= 0 && c4 < WG_C4) v[k][i] = __ldg(c4 < WG_R / 4 ? lr + c4 : pr + (c4 - WG_R / 4));
+                            for (int i = 0; i < 5; i++) {
+                                const int c4 = lane + 32 * i;
+                                v[k][i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                                if (id >= 0 && c4 < WG_C4) v[k][i] = __ldg(c4 < WG_R / 4 ? lr + c4 : pr + (c4 - WG_R / 4));
+                            }
+                        }
+                        if (rb == 0) {
+                            if (a.l2pf) wg_prefetch<0>(a, idC, lane);                   /* chunk c + 2 */
+                            if (gc >= 2) mla_mwait(empty + b, ((gc >> 1) + 1) & 1); /* its last use consumed */
+                        }
+#pragma unroll
+                        for (int k = 0; k < RF; k++) {
+                            const int row = 16 * w + RF * rb + k;
+#pragma unroll
+                            for (int i = 0; i < 5; i++) {
+                                const int c4 = lane + 32 * i;
+                                if (c4 < WG_C4)
+                                    *(uint2 *)(tile + wg_off(row, c4)) =
+                                        make_uint2(mma_pack(v[k][i].x, v[k][i].y), mma_pack(v[k][i].z, v[k][i].w));
+                            }
                         }
                     }
-                    if (rb == 0) {
-                        if (a.l2pf) wg_prefetch(a, idC, lane);                      /* chunk c + 2 */
-                        if (gc >= 2) mla_mwait(empty + b, ((gc >> 1) + 1) & 1); /* its last use consumed */
-                    }
-#pragma unroll
-                    for (int k = 0; k < RB; k++) {
-                        const int row = 16 * w + RB * rb + k;
-#pragma unroll
-                        for (int i = 0; i < 5; i++) {
-                            const int c4 = lane + 32 * i;
-                            if (c4 < WG_C4)
-                                *(uint2 *)(tile + wg_off(row, c4)) =
-                                    make_uint2(mma_pack(v[k][i].x, v[k][i].y), mma_pack(v[k][i].z, v[k][i].w));
-                        }
-                    }
+                    if (lane < 16) ring[b * WG_P + rr] = idA;
+                    wg_proxy(); /* this thread's tile stores, before the tensor cores read them */
+                    wg_arrive(full + b);
                 }
-                if (lane < 16) ring[b * WG_P + rr] = idA;
-                wg_proxy(); /* this thread's tile stores, before the tensor cores read them */
-                wg_arrive(full + b);
                 // the lookups move one chunk on: slot of chunk c + 3 (its position loaded an
                 // iteration ago), position of chunk c + 4
                 idA = idB, idB = idC, idC = -1;
@@ -388,6 +439,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) k_mla_wg(mla_args a, int S, int
             const int b = gc & 1;
             const uint32_t tb = ka + b * WG_OPND;
             mla_mwait(full + b, (gc >> 1) & 1);
+            if (RB == 0) wg_proxy(); /* BF16 rows: the tile came by cp.async (generic proxy); wgmma reads it */
             float sc[32];
 #pragma unroll
             for (int i = 0; i < 32; i++) sc[i] = 0.0f;
@@ -583,6 +635,14 @@ extern "C" nb_status nb_cuda_mla_wg_launch(const mla_args *a, int groups, int S,
     if (n_items > 0x7fffffff) return nb_error(NB_ERR_UNSUPPORTED, "mla_attention wg: %lld work items", (long long)n_items);
     const int grid = persist && n_items > sms ? sms : (int)n_items;
     /* registers: 168 x 3 per (producer, 2 consumer) thread triple; the consumers need 177-192 */
+    /* BF16 pool rows (RB 0): the producer holds no rows in registers, so the consumers get
+     * RB 2's 216 (ptxas -v: the BF16-q instance spilled 8 bytes at 120 / 192, none at 72 / 216) */
+    if (a->lat16) {
+        if (a->qlat16 && a->wgst && S == 1 && a->ob && a->ob1)
+            return wg_launch<0, 72, 216, 2>(a, (int)n_items, S, grid, device, stream);
+        if (a->qlat16) return wg_launch<0, 72, 216, 1>(a, (int)n_items, S, grid, device, stream);
+        return wg_launch<0, 72, 216, 0>(a, (int)n_items, S, grid, device, stream);
+    }
     /* staged outputs: 2 producer rows only (at 4 the consumers' 192 registers spill) */
     if (a->qlat16 && a->wgst && S == 1 && a->ob && a->ob1)
         return wg_launch<2, 72, 216, 2>(a, (int)n_items, S, grid, device, stream);
