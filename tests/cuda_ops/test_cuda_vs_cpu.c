@@ -4,6 +4,7 @@
  * cuda_test_util.h), exactly for integer outputs (top-k ids; DSA selections modulo measured
  * near-ties). Filter by op: test_cuda_vs_cpu mla. Run on the GPU machine: ctest -L gpu
  * (exits 77 without a GPU). The linear and MLP cases are in test_cuda_linear.c. */
+#include "base/clock.h"
 #include "cuda_test_util.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/device.h"
@@ -691,9 +692,12 @@ static double dsa_score(const float *q, const float *w, int nh, int hd, float sm
     return tot;
 }
 
-static void dsa_case(int topk, int past)
+/* form: dsa_select's scoring form (nb_cuda_dsa_force_form); aligned: key rows 16-byte aligned
+ * (the engine's pool), else at a 4-byte offset with an odd stride (the lanes form then falls
+ * back to the warp form). */
+static void dsa_case(int topk, int past, int nh, int form, int aligned)
 {
-    const int nh = 32, hd = 128, rows = 1200, rw = hd + 3;
+    const int hd = 128, rows = 1200, rw = aligned ? hd + 4 : hd + 3, off = aligned ? 0 : 1;
     int n_new[2] = {4, 1}, n_past[2] = {0, past};
     tu_index ix;
     tu_index_make(&ix, 2, n_new, n_past, rows);
@@ -703,17 +707,19 @@ static void dsa_case(int topk, int past)
     tu_fill(q, T * nh * hd, 1.0f);
     tu_fill(w, T * nh, 0.2f);
     nb_tensor hq = nb_tensor_3d(q, F32, T, nh, hd), hw = nb_tensor_2d(w, F32, T, nh);
-    nb_tensor hk = nb_tensor_2d(pool + 1, F32, rows, hd);
+    nb_tensor hk = nb_tensor_2d(pool + off, F32, rows, hd);
     hk.stride[0] = rw;
     nb_tensor dq = tu_twin(&hq), dw = tu_twin(&hw), dk = hk;
     float *dpool = tu_up(pool, (size_t)rows * rw * 4);
-    dk.data = dpool + 1;
+    dk.data = dpool + off;
     dk.device = NB_DEVICE_CUDA;
     int32_t *sp = malloc((size_t)T * topk * 4), *sc = malloc(T * 4), *sp2 = malloc((size_t)T * topk * 4), *sc2 = malloc(T * 4);
     int32_t *dsp = tu_poisoned((size_t)T * topk * 4), *dsc = tu_poisoned(T * 4);
     const float sm = 1.0f / sqrtf((float)hd);
     NB_CHECK_OK(nb_op_dsa_select(tu_cpu, &hq, &hw, sm, &hk, &ix.h, topk, sp, sc));
+    nb_cuda_dsa_force_form(form);
     NB_CHECK_OK(nb_op_dsa_select(tu_gpu, &dq, &dw, sm, &dk, &ix.d, topk, dsp, dsc));
+    nb_cuda_dsa_force_form(-1);
     NB_CHECK_OK(nb_ops_download(tu_gpu, sp2, dsp, (size_t)T * topk * 4));
     NB_CHECK_OK(nb_ops_download(tu_gpu, sc2, dsc, T * 4));
     int mism = 0, ties = 0;
@@ -727,8 +733,8 @@ static void dsa_case(int topk, int past)
         for (int j = 0; j < sc[i] && j < sc2[i]; j++) {
             if (sp[i * topk + j] == sp2[i * topk + j]) continue;
             const int32_t *slots = ix.slot_table + ix.slot_base[i];
-            double a = dsa_score(q + i * nh * hd, w + i * nh, nh, hd, sm, pool + 1 + (int64_t)slots[sp[i * topk + j]] * rw);
-            double b = dsa_score(q + i * nh * hd, w + i * nh, nh, hd, sm, pool + 1 + (int64_t)slots[sp2[i * topk + j]] * rw);
+            double a = dsa_score(q + i * nh * hd, w + i * nh, nh, hd, sm, pool + off + (int64_t)slots[sp[i * topk + j]] * rw);
+            double b = dsa_score(q + i * nh * hd, w + i * nh, nh, hd, sm, pool + off + (int64_t)slots[sp2[i * topk + j]] * rw);
             double gap = fabs(a - b) / (fabs(a) + 1e-30);
             if (gap > worst_gap) worst_gap = gap;
             if (gap <= 1e-5) {
@@ -739,8 +745,9 @@ static void dsa_case(int topk, int past)
             }
         }
     }
-    fprintf(stderr, "    dsa_select topk %d, %d tokens up to position %d: %d mismatches, %d near-ties (worst gap %.2g)%s\n",
-            topk, T, past, mism, ties, worst_gap, mism ? "  <-- FAIL" : "");
+    fprintf(stderr, "    dsa_select topk %d, %d heads, %s form%s, %d tokens up to position %d: %d mismatches, %d near-ties "
+            "(worst gap %.2g)%s\n", topk, nh, form ? "lanes" : "warp", aligned ? "" : " (unaligned rows)", T, past, mism,
+            ties, worst_gap, mism ? "  <-- FAIL" : "");
     NB_CHECK(mism == 0);
     free(pool), free(q), free(w), free(sp), free(sc), free(sp2), free(sc2);
     tu_free_all();
@@ -749,10 +756,14 @@ static void dsa_case(int topk, int past)
 static void test_dsa_select(void)
 {
     tu_seed(15);
-    dsa_case(64, 300);
-    dsa_case(512, 100);   /* fewer positions than topk: all of them, sorted */
-    dsa_case(256, 1100);  /* several merge chunks */
-    dsa_case(2048, 1100); /* GLM-5's index_topk */
+    for (int form = 0; form < 2; form++) {
+        dsa_case(64, 300, 32, form, 1);
+        dsa_case(512, 100, 32, form, 1);   /* fewer positions than topk: all of them, sorted */
+        dsa_case(256, 1100, 32, form, 1);  /* several merge chunks */
+        dsa_case(2048, 1100, 32, form, 1); /* GLM-5's index_topk and heads */
+        dsa_case(256, 1100, 64, form, 1);  /* DeepSeek-V3.2's 64 heads */
+        dsa_case(256, 700, 32, form, 0);   /* rows the lanes form does not take */
+    }
 }
 
 /* ---- MoE -------------------------------------------------------------------------------- */
@@ -882,10 +893,58 @@ static const nb_test tests[] = {
     {"moe_experts_repacked", test_moe_experts_repacked},
 };
 
+/* `test_cuda_vs_cpu dsa-time T CTX`: dsa_select at GLM-5's shape (32 heads x 128, topk 2048) for
+ * T tokens at position CTX - 1 over one shared context of CTX rows, the warp form against the
+ * lanes form, A B A B, each the mean of 20 launches after 3 (a timing, not a check: the
+ * dsa_select test compares both forms with the CPU op). */
+static int dsa_time(int T, int ctx)
+{
+    const int nh = 32, hd = 128, topk = 2048, rw = hd + 4;
+    float *pool = malloc((size_t)ctx * rw * 4), *q = malloc((size_t)T * nh * hd * 4), *w = malloc((size_t)T * nh * 4);
+    int32_t *pos = malloc((size_t)T * 4), *base = calloc((size_t)T, 4), *tab = malloc((size_t)ctx * 4);
+    tu_fill(pool, (size_t)ctx * rw, 1.0f);
+    tu_fill(q, (size_t)T * nh * hd, 1.0f);
+    tu_fill(w, (size_t)T * nh, 0.2f);
+    for (int t = 0; t < T; t++) pos[t] = ctx - 1;
+    for (int p = 0; p < ctx; p++) tab[p] = (int32_t)(((int64_t)p * 7919) % ctx); /* scrambled rows */
+    nb_attn_index ix = {T, tu_up(pos, (size_t)T * 4), tu_up(base, (size_t)T * 4), tu_up(tab, (size_t)ctx * 4)};
+    nb_tensor dq = nb_tensor_3d(tu_up(q, (size_t)T * nh * hd * 4), F32, T, nh, hd);
+    nb_tensor dw = nb_tensor_2d(tu_up(w, (size_t)T * nh * 4), F32, T, nh);
+    nb_tensor dk = nb_tensor_2d(tu_up(pool, (size_t)ctx * rw * 4), F32, ctx, hd);
+    dq.device = dw.device = dk.device = NB_DEVICE_CUDA;
+    dk.stride[0] = rw;
+    int32_t *sp = tu_poisoned((size_t)T * topk * 4), *sc = tu_poisoned((size_t)T * 4);
+    double ms[2][2];
+    for (int rep = 0; rep < 2; rep++)
+        for (int form = 0; form < 2; form++) {
+            nb_cuda_dsa_force_form(form);
+            for (int it = 0; it < 23; it++) {
+                if (it == 3) {
+                    NB_ASSERT(nb_ops_sync(tu_gpu) == NB_OK);
+                    ms[form][rep] = (double)nb_now_ns();
+                }
+                NB_ASSERT(nb_op_dsa_select(tu_gpu, &dq, &dw, 1.0f / sqrtf((float)hd), &dk, &ix, topk, sp, sc) == NB_OK);
+            }
+            NB_ASSERT(nb_ops_sync(tu_gpu) == NB_OK);
+            ms[form][rep] = ((double)nb_now_ns() - ms[form][rep]) / 1e6 / 20;
+        }
+    nb_cuda_dsa_force_form(-1);
+    fprintf(stderr, "dsa_select time T=%d ctx %d (32 x 128, topk 2048): warp form %.3f / %.3f ms, lanes form %.3f / %.3f ms\n",
+            T, ctx, ms[0][0], ms[0][1], ms[1][0], ms[1][1]);
+    free(pool), free(q), free(w), free(pos), free(base), free(tab);
+    tu_free_all();
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (!nb_cuda_test_require_gpu()) return 77;
     if (!tu_open()) return 1;
+    if (argc == 4 && !strcmp(argv[1], "dsa-time")) {
+        int rc = dsa_time(atoi(argv[2]), atoi(argv[3]));
+        tu_close();
+        return rc;
+    }
     int rc = nb_test_main(tests, NB_ARRAY_LEN(tests), argc, argv);
     tu_close();
     return rc;

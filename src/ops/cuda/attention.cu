@@ -1,14 +1,10 @@
-// CUDA attention over the slot-addressed KV pool (ops.h): grouped-query attention and the DSA
-// indexer's scores with a per-token top-k (MLA is in mla.cu).
+// CUDA attention over the slot-addressed KV pool (ops.h): grouped-query attention (MLA is in
+// mla.cu, the DSA indexer's scores and top-k in dsa.cu).
 // Attention kernels use one block per (token, head); each warp walks a share of the attended
 // positions with an online softmax (running max, sum and output), and the warps' partial
 // results are merged at the end, so no score buffer sized by the context is needed. Head
 // dimensions live in registers, 32 lanes x NB_ATT_MAXD.
-// The DSA top-k keeps the best `topk` (score, position) keys in
-// shared memory and merges each chunk of new positions into them by a bitonic sort; keys
-// order by score descending, then position ascending (the CPU op's tie rule). A token whose
-// context fits in topk selects every position (ops.h) without scoring any.
-// Exercised by tests/cuda_ops/test_cuda_vs_cpu.c (attention*, dsa_select*).
+// Exercised by tests/cuda_ops/test_cuda_vs_cpu.c (attention*).
 #include <math.h>
 
 #include "ops/cuda/common.cuh"
@@ -137,120 +133,5 @@ extern "C" nb_status nb_cuda_attention(nb_ops_ctx *ctx, const nb_tensor *q, cons
         (int)(nh / nkv), *idx, make_sel(sel), scale, k_pool->shape[0], (float *)out->data, out->stride[0],
         out->stride[1]);
     NB_CUDA_LAUNCHED("attention");
-    return NB_OK;
-}
-
-// ---- DSA: scores and top-k ---------------------------------------------------------------
-
-#define NB_DSA_WARPS 8
-#define NB_DSA_MAXD 8 /* index head dims per lane: up to 256 */
-
-// Ascending order of the key = descending score, then ascending position. -0 counts as +0.
-__device__ __forceinline__ unsigned long long dsa_key(float s, int p)
-{
-    uint32_t u = __float_as_uint(s == 0.0f ? 0.0f : s);
-    uint32_t ord = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-    return ((unsigned long long)(~ord) << 32) | (uint32_t)p;
-}
-
-__global__ void k_dsa(const float *q, int64_t qs0, int64_t qs1, const float *wt, int64_t ws0, float sm,
-                      const float *key, int64_t ks0, int nh, int hd, nb_attn_index idx, int topk, int S,
-                      int64_t pool_rows, int32_t *sel_pos, int32_t *sel_count)
-{
-    extern __shared__ unsigned long long cand[]; /* [S], then q [nh * hd] and w [nh] floats */
-    float *qs = (float *)(cand + S), *wsh = qs + nh * hd;
-    const int i = blockIdx.x, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (idx.pos[i] + 1 <= topk) { /* every position, in order: no scores needed (ops.h) */
-        const int n = idx.pos[i] + 1;
-        for (int t = threadIdx.x; t < n; t += blockDim.x) sel_pos[(int64_t)i * topk + t] = t;
-        if (threadIdx.x == 0) sel_count[i] = n;
-        return;
-    }
-    for (int e = threadIdx.x; e < nh * hd; e += blockDim.x)
-        qs[e] = q[(int64_t)i * qs0 + (int64_t)(e / hd) * qs1 + e % hd];
-    for (int e = threadIdx.x; e < nh; e += blockDim.x) wsh[e] = wt[(int64_t)i * ws0 + e];
-    for (int e = threadIdx.x; e < topk; e += blockDim.x) cand[e] = ~0ull;
-    __syncthreads();
-    const int n = idx.pos[i] + 1, CH = S - topk;
-    const int32_t *slots = idx.slot_table + idx.slot_base[i];
-    for (int c0 = 0; c0 < n; c0 += CH) {
-        for (int j = w; j < CH; j += NB_DSA_WARPS) {
-            int p = c0 + j;
-            unsigned long long k = ~0ull;
-            if (p < n) {
-                int64_t row = slots[p];
-                if (row >= 0 && row < pool_rows) {
-                    const float *kr = key + row * ks0;
-                    float kv[NB_DSA_MAXD];
-#pragma unroll
-                    for (int m = 0; m < NB_DSA_MAXD; m++) kv[m] = lane + 32 * m < hd ? kr[lane + 32 * m] : 0.0f;
-                    float total = 0;
-                    for (int h = 0; h < nh; h++) {
-                        float dsum = 0;
-#pragma unroll
-                        for (int m = 0; m < NB_DSA_MAXD; m++)
-                            if (lane + 32 * m < hd) dsum += qs[h * hd + lane + 32 * m] * kv[m];
-                        dsum = __shfl_sync(0xffffffffu, nb_d_warp_sum(dsum), 0) * sm;
-                        if (dsum > 0) total += dsum * wsh[h];
-                    }
-                    k = dsa_key(total, p);
-                }
-            }
-            if (lane == 0) cand[topk + j] = k;
-        }
-        __syncthreads();
-        for (int kk = 2; kk <= S; kk <<= 1)
-            for (int jj = kk >> 1; jj > 0; jj >>= 1) {
-                for (int e = threadIdx.x; e < S; e += blockDim.x) {
-                    int o = e ^ jj;
-                    if (o > e) {
-                        unsigned long long a = cand[e], b = cand[o];
-                        bool up = (e & kk) == 0;
-                        if ((a > b) == up) {
-                            cand[e] = b;
-                            cand[o] = a;
-                        }
-                    }
-                }
-                __syncthreads();
-            }
-    }
-    int cnt = 0;
-    for (int t = threadIdx.x; t < topk; t += blockDim.x) {
-        unsigned long long k = cand[t];
-        if (k != ~0ull) sel_pos[(int64_t)i * topk + t] = (int32_t)(k & 0xffffffffu);
-    }
-    if (threadIdx.x == 0) {
-        for (cnt = 0; cnt < topk && cand[cnt] != ~0ull; cnt++) {
-        }
-        sel_count[i] = cnt;
-    }
-}
-
-extern "C" nb_status nb_cuda_dsa_select(nb_ops_ctx *ctx, const nb_tensor *q, const nb_tensor *w, float softmax_scale,
-                                        const nb_tensor *key_pool, const nb_attn_index *idx, int topk,
-                                        int32_t *sel_pos, int32_t *sel_count)
-{
-    NB_TRY(nb_cuda_check_f32("dsa_select", "q", q, 3));
-    NB_TRY(nb_cuda_check_f32("dsa_select", "w", w, 2));
-    NB_TRY(nb_cuda_check_f32("dsa_select", "key_pool", key_pool, 2));
-    const int64_t T = q->shape[0];
-    const int nh = (int)q->shape[1], hd = (int)q->shape[2];
-    if (hd > 32 * NB_DSA_MAXD) return nb_error(NB_ERR_UNSUPPORTED, "dsa_select: head dim %d above %d", hd, 32 * NB_DSA_MAXD);
-    int S = 1024;
-    while (S < 2 * topk) S <<= 1;
-    size_t smem = (size_t)S * 8 + ((size_t)nh * hd + nh) * sizeof(float);
-    int dev = nb_cuda_st(ctx)->device, max_smem = 0;
-    cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    if (smem > (size_t)max_smem)
-        return nb_error(NB_ERR_UNSUPPORTED, "dsa_select: index_topk %d with %d heads x %d needs %zu bytes of shared memory (%d)",
-                        topk, nh, hd, smem, max_smem);
-    if (T == 0) return NB_OK;
-    NB_CUDA_TRY(cudaFuncSetAttribute(k_dsa, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    k_dsa<<<(unsigned)T, 32 * NB_DSA_WARPS, smem, nb_cuda_stream(ctx)>>>(
-        (const float *)q->data, q->stride[0], q->stride[1], (const float *)w->data, w->stride[0], softmax_scale,
-        (const float *)key_pool->data, key_pool->stride[0], nh, hd, *idx, topk, S, key_pool->shape[0], sel_pos,
-        sel_count);
-    NB_CUDA_LAUNCHED("dsa_select");
     return NB_OK;
 }

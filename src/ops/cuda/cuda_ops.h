@@ -100,6 +100,10 @@ nb_status nb_cuda_mla_attention(nb_ops_ctx *ctx, nb_mla_mode mode, const nb_mla_
 nb_status nb_cuda_dsa_select(nb_ops_ctx *ctx, const nb_tensor *q, const nb_tensor *w, float softmax_scale,
                              const nb_tensor *key_pool, const nb_attn_index *idx, int topk, int32_t *sel_pos,
                              int32_t *sel_count);
+/* Tests and timings: dsa_select's scoring form (dsa.cu): 1 a lane per position (where the rows
+ * are 16-byte aligned and there are 32 or 64 heads; else the warp form), 0 a warp per position;
+ * anything else: back to NIBBLE_CUDA_DSA=lanes|warp (default warp: lanes has not run on a GPU). */
+void nb_cuda_dsa_force_form(int form);
 nb_status nb_cuda_moe_route(nb_ops_ctx *ctx, const nb_tensor *logits, const nb_router_params *p, nb_tensor *ids,
                             nb_tensor *weights);
 /* nb_cuda_linear then nb_cuda_moe_route. With NIBBLE_CUDA_GATE_ROUTE=fused (or the force
