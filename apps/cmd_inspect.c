@@ -1,13 +1,15 @@
 /* `nibble inspect MODEL_DIR`: what a model folder holds. Architecture and layer plan from
  * config.json; parameters and bytes by dtype and by role from the safetensors headers
  * (nothing is read beyond them), or estimated from config.json when the folder has no
- * weights; and the weight memory per GPU under --tp N / --ep N for N = 1, 2, 4, 8.
+ * weights; the KV cache's bytes per token; and the weight memory per GPU under --tp N / --ep N
+ * for N = 1, 2, 4, 8.
  * Try: build/nibble inspect tests/fixtures/glm_moe_dsa */
 #include <stdio.h>
 #include <string.h>
 
 #include "base/error.h"
 #include "base/progress.h"
+#include "engine/forward.h"
 #include "format/footprint.h"
 #include "format/model_config.h"
 #include "format/safetensors.h"
@@ -58,6 +60,23 @@ static void nb_print_arch(const nb_model_config *c)
     printf("quantization   %s", nb_quant_algo_name(c->quant.algo));
     if (c->quant.algo == NB_QUANT_NVFP4) printf(" (group %d, %d exclude globs)", c->quant.group_size, c->quant.n_exclude);
     if (c->quant.algo == NB_QUANT_FP8_BLOCK) printf(" (blocks %dx%d)", c->quant.block_n, c->quant.block_k);
+    printf("\n");
+}
+
+/* The KV cache's bytes per token over all layers (engine/forward.h's row layout): float32 rows,
+ * and for MLA models BF16 latent rows (--kv-cache-dtype bfloat16, the GPU's default). */
+static void nb_print_kv(const nb_model_config *c)
+{
+    nb_kv_layout f32, bf16;
+    if (nb_kv_layout_for(c, NB_DTYPE_F32, &f32) != NB_OK) return;
+    const int64_t b32 = nb_kv_layout_bytes(&f32);
+    printf("kv cache       %lld bytes per token over %d layers in float32 rows (%lld tokens per GiB)", (long long)b32,
+           c->num_layers, (long long)(1073741824 / b32));
+    if (c->attn == NB_ATTN_MLA && nb_kv_layout_for(c, NB_DTYPE_BF16, &bf16) == NB_OK) {
+        const int64_t b16 = nb_kv_layout_bytes(&bf16);
+        printf(", %lld with BF16 latent rows (%lld per GiB; --kv-cache-dtype, the GPU's default)", (long long)b16,
+               (long long)(1073741824 / b16));
+    }
     printf("\n");
 }
 
@@ -123,6 +142,7 @@ int nb_cmd_inspect(int argc, char **argv)
     }
     printf("model          %s\n", dir);
     nb_print_arch(&cfg);
+    nb_print_kv(&cfg);
     nb_checkpoint *ck = NULL;
     nb_status s = nb_checkpoint_open(dir, &ck);
     nb_footprint fp;

@@ -34,6 +34,9 @@ cp tests/format/data/glm5_config.json "$tmp/cfgonly/config.json"
 out=$("$bin" inspect "$tmp/cfgonly")
 grep -q "estimated from config.json" <<<"$out" || fail "config-only: not marked as an estimate"
 grep -q "^parameters     743.911 B" <<<"$out" || fail "config-only: GLM-5 parameter count"
+# KV bytes per token: 78 layers x (512 + 64 + 128) x 4 bytes; BF16 latent: 78 x (1152 + 512)
+grep -q "^kv cache       219648 bytes per token over 78 layers in float32 rows (4888 tokens per GiB), 129792 with BF16" \
+  <<<"$out" || fail "config-only: GLM-5 KV bytes per token"
 # errors: unknown architecture, missing folder
 echo '{"model_type": "llama"}' > "$tmp/cfgonly/config.json"
 if "$bin" inspect "$tmp/cfgonly" 2>"$tmp/err"; then fail "llama accepted"; fi
