@@ -1,5 +1,5 @@
 #!/bin/bash
-# Twentieth session, call 4b (call 4 cut to fit the device time left): dsa_select's lanes form
+# Twentieth session, call 4b (prepared, not run: no machine came): dsa_select's lanes form
 # checked and timed against the warp form, the long-context decode step op by op, and call 2's
 # long-prompt run with each form.
 #   run(command="bash bench/h200-2026-12-07-s20/call4b.sh", carry=[".devbin.tar.xz", ".devlibs.tar.xz"], timeout_s=230)
