@@ -11,6 +11,9 @@ export LD_LIBRARY_PATH=$PWD/.devlibs-cuda
 nvidia-smi --query-gpu=name --format=csv,noheader
 timeout 60 build/tests/test_cuda_vs_cpu dsa_select > $OUT/dsa-test.log 2>&1
 echo "test_cuda_vs_cpu dsa_select rc=$?"; grep -E "dsa_select topk|tests:" $OUT/dsa-test.log | head -14
+# set_rows into BF16 rows now goes through set_rows_n (after call 3): its byte-exact check
+timeout 60 build/tests/test_cuda_vs_cpu rows_bf16 > $OUT/rows16-test.log 2>&1
+echo "test_cuda_vs_cpu rows_bf16 rc=$?"; tail -n1 $OUT/rows16-test.log
 for tc in "110 2112" "64 4096" "1 8192"; do
   timeout 30 build/tests/test_cuda_vs_cpu dsa-time $tc 2>&1 | grep "dsa_select time"
 done

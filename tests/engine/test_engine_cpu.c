@@ -164,27 +164,34 @@ static void test_invariance_fixtures(void)
     if (!ran) nb_test_skip("no fixtures in tests/fixtures (run from the repository root)");
 }
 
-static void test_nvfp4_experts(void)
+/* One greedy request of n_prompt ids and max_tokens (ignore_eos) through a fresh engine of p
+ * (KV capacity 1024 tokens, 1 GiB): it finishes once, by length, with max_tokens tokens. */
+static void one_greedy_request(nb_engine_params p, const int32_t *prompt, int n_prompt, int max_tokens)
 {
-    nb_engine_params p = nb_engine_default_params();
-    p.model = "synthetic:glm5-tiny:num_hidden_layers=2,experts=nvfp4";
     p.max_total_tokens = 1024;
     p.cpu_mem_gb = 1;
     nb_engine *e = NULL;
     NB_CHECK_OK(nb_engine_create(&p, &e));
     if (!e) return;
-    int32_t prompt[4] = {72, 105, 33, 10};
     nb_sampling_params sp = nb_sampling_default_params();
     sp.temperature = 0;
-    sp.max_tokens = 8;
+    sp.max_tokens = max_tokens;
     sp.ignore_eos = 1;
     outc o;
     memset(&o, 0, sizeof o);
     pthread_mutex_init(&o.mu, NULL);
-    NB_CHECK_OK(nb_engine_submit(e, prompt, 4, &sp, on_ev, &o, NULL));
+    NB_CHECK_OK(nb_engine_submit(e, prompt, n_prompt, &sp, on_ev, &o, NULL));
     nb_engine_wait_idle(e);
-    NB_CHECK(o.finished == 1 && o.n == 8 && o.why == NB_FINISH_LENGTH);
+    NB_CHECK(o.finished == 1 && o.n == max_tokens && o.why == NB_FINISH_LENGTH);
     nb_engine_destroy(e);
+}
+
+static void test_nvfp4_experts(void)
+{
+    nb_engine_params p = nb_engine_default_params();
+    p.model = "synthetic:glm5-tiny:num_hidden_layers=2,experts=nvfp4";
+    const int32_t prompt[4] = {72, 105, 33, 10};
+    one_greedy_request(p, prompt, 4, 8);
 }
 
 typedef struct textc {
@@ -461,22 +468,7 @@ static void test_kv_cache_dtype(void)
     nb_engine_params p = nb_engine_default_params();
     p.model = "synthetic:glm5-tiny";
     p.kv_cache_dtype = NB_KV_CACHE_BF16;
-    p.max_total_tokens = 1024;
-    p.cpu_mem_gb = 1;
-    nb_engine *e = NULL;
-    NB_CHECK_OK(nb_engine_create(&p, &e));
-    if (!e) return;
-    nb_sampling_params sp = nb_sampling_default_params();
-    sp.temperature = 0;
-    sp.max_tokens = 6;
-    sp.ignore_eos = 1;
-    outc o;
-    memset(&o, 0, sizeof o);
-    pthread_mutex_init(&o.mu, NULL);
-    NB_CHECK_OK(nb_engine_submit(e, prompt, 20, &sp, on_ev, &o, NULL));
-    nb_engine_wait_idle(e);
-    NB_CHECK(o.finished == 1 && o.n == 6 && o.why == NB_FINISH_LENGTH);
-    nb_engine_destroy(e);
+    one_greedy_request(p, prompt, 20, 6);
 }
 
 static const nb_test tests[] = {

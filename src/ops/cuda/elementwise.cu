@@ -434,20 +434,6 @@ __global__ void k_move_rows(const float *src, int64_t lds, const int32_t *rows, 
     for (int64_t j = threadIdx.x; j < w; j += blockDim.x) d[j] = s[j];
 }
 
-// scatter into a BF16 dst (ops.h nb_op_set_rows: the KV pool's BF16 rows): dst[rows[t]] = src[t]
-// rounded to nearest even (nb_d_to_bf16, the host's nb_f32_to_bf16); rows outside [0, n) skipped.
-__global__ void k_set_rows16(const float *src, int64_t lds, const int32_t *rows, uint16_t *dst, int64_t ldd, int64_t w,
-                             int64_t n)
-{
-    nb_pdl_wait(); // before any global access (ops/cuda/pdl.cuh)
-    nb_pdl_trigger();
-    int64_t t = blockIdx.x, r = rows[t];
-    if (r < 0 || r >= n) return;
-    const float *s = src + t * lds;
-    uint16_t *d = dst + r * ldd;
-    for (int64_t j = threadIdx.x; j < w; j += blockDim.x) d[j] = nb_d_to_bf16(s[j]);
-}
-
 static nb_status move_rows(nb_ops_ctx *ctx, const char *op, const nb_tensor *src, const int32_t *rows,
                            nb_tensor *dst, int gather)
 {
@@ -462,14 +448,8 @@ static nb_status move_rows(nb_ops_ctx *ctx, const char *op, const nb_tensor *src
     const float *sp = (const float *)src->data;
     float *dp = (float *)dst->data;
     int64_t lds = src->stride[0], ldd = dst->stride[0], w = src->shape[1], n = gather ? src->shape[0] : dst->shape[0];
-    if (dst->dtype == NB_DTYPE_BF16) {
-        uint16_t *dp16 = (uint16_t *)dst->data;
-        void *args16[] = {&sp, &lds, (void *)&rows, &dp16, &ldd, &w, &n};
-        NB_CUDA_TRY(nb_pdl_launch((const void *)k_set_rows16, dim3((unsigned)n_rows), dim3(NB_ROW_THREADS), 0,
-                                  nb_cuda_stream(ctx), args16));
-        NB_CUDA_LAUNCHED(op);
-        return NB_OK;
-    }
+    if (dst->dtype == NB_DTYPE_BF16) /* the KV pool's BF16 rows: set_rows_n's BF16 parts round them */
+        return nb_cuda_set_rows_n(ctx, 1, &src, rows, &dst);
     void *args[] = {&sp, &lds, (void *)&rows, &dp, &ldd, &w, &n, &gather};
     NB_CUDA_TRY(nb_pdl_launch((const void *)k_move_rows, dim3((unsigned)n_rows), dim3(NB_ROW_THREADS), 0,
                               nb_cuda_stream(ctx), args));
