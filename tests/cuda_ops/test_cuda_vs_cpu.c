@@ -692,20 +692,89 @@ static double dsa_score(const float *q, const float *w, int nh, int hd, float sm
     return tot;
 }
 
-/* form: dsa_select's scoring form (nb_cuda_dsa_force_form); aligned: key rows 16-byte aligned
- * (the engine's pool), else at a 4-byte offset with an odd stride (the lanes form then falls
- * back to the warp form). */
-static void dsa_case(int topk, int past, int nh, int form, int aligned)
+/* A dsa_select case: sequences s < 3 with fresh[s] > 0 new tokens after past[s] positions,
+ * each position on its own pool row (random order). */
+typedef struct dsa_spec {
+    int topk, nh;  /* nh 0: 32 */
+    int form;      /* scoring form (nb_cuda_dsa_force_form) */
+    int unaligned; /* key rows at a 4-byte offset with an odd stride (lanes falls back to warp) */
+    int split;     /* nb_cuda_dsa_force_split: 0 one block per token; 1 automatic; G >= 2 G splits.
+                      Not 0: also checked id for id against the unsplit op on the GPU */
+    int fresh[3], past[3];
+    int zeros;     /* 15 of 16 key rows negative against positive queries: those score exactly 0 */
+    int outside;   /* every third past position's row is outside the pool (-1 or rows + 5): never
+                      selected. The CPU op refuses such an index: a host reference skips them */
+} dsa_spec;
+
+static int dsa_by_score(const void *x, const void *y)
 {
-    const int hd = 128, rows = 1200, rw = aligned ? hd + 4 : hd + 3, off = aligned ? 0 : 1;
-    int n_new[2] = {4, 1}, n_past[2] = {0, past};
-    tu_index ix;
-    tu_index_make(&ix, 2, n_new, n_past, rows);
-    const int T = ix.T;
-    float *pool = malloc((size_t)rows * rw * 4), *q = malloc(T * nh * hd * 4), *w = malloc(T * nh * 4);
+    const float *a = x, *b = y; /* {score, position} */
+    if (a[0] != b[0]) return a[0] > b[0] ? -1 : 1;
+    return (a[1] > b[1]) - (a[1] < b[1]);
+}
+
+/* The CPU op's selection (same float arithmetic) where rows outside the pool are skipped. */
+static void dsa_ref(const nb_attn_index *ix, const float *q, const float *w, int nh, int hd, float sm, const float *keys,
+                    int rw, int rows, int topk, int32_t *sp, int32_t *sc)
+{
+    for (int i = 0; i < ix->n_tokens; i++) {
+        const int n = ix->pos[i] + 1;
+        const int32_t *slots = ix->slot_table + ix->slot_base[i];
+        if (n <= topk) {
+            for (int t = 0; t < n; t++) sp[i * topk + t] = t;
+            sc[i] = n;
+            continue;
+        }
+        float *sv = malloc((size_t)n * 2 * sizeof(float)); /* positions < 2^24: exact as floats */
+        int m = 0;
+        for (int p = 0; p < n; p++) {
+            if (slots[p] < 0 || slots[p] >= rows) continue;
+            const float *k = keys + (int64_t)slots[p] * rw;
+            float total = 0;
+            for (int h = 0; h < nh; h++) {
+                float d = 0;
+                for (int c = 0; c < hd; c++) d += q[(i * nh + h) * hd + c] * k[c];
+                d *= sm;
+                if (d > 0) total += d * w[i * nh + h];
+            }
+            sv[2 * m] = total, sv[2 * m + 1] = (float)p, m++;
+        }
+        qsort(sv, (size_t)m, 2 * sizeof(float), dsa_by_score);
+        sc[i] = m < topk ? m : topk;
+        for (int t = 0; t < sc[i]; t++) sp[i * topk + t] = (int32_t)sv[2 * t + 1];
+        free(sv);
+    }
+}
+
+static void dsa_case(dsa_spec c)
+{
+    const int hd = 128, nh = c.nh ? c.nh : 32, topk = c.topk, rw = c.unaligned ? hd + 3 : hd + 4, off = c.unaligned;
+    int T = 0, n_pos = 0;
+    for (int s = 0; s < 3; s++) T += c.fresh[s], n_pos += c.fresh[s] + c.past[s];
+    const int rows = n_pos + 8;
+    int32_t *pos = malloc(T * 4), *base = malloc(T * 4), *tab = malloc((size_t)n_pos * 4), *perm = malloc((size_t)rows * 4);
+    for (int r = 0; r < rows; r++) perm[r] = r;
+    for (int r = rows - 1; r > 0; r--) {
+        int j = (int)(tu_u32() % (uint32_t)(r + 1)), t = perm[r];
+        perm[r] = perm[j], perm[j] = t;
+    }
+    for (int s = 0, t = 0, b = 0; s < 3; b += c.fresh[s] + c.past[s], s++) {
+        for (int p = 0; p < c.fresh[s] + c.past[s]; p++)
+            tab[b + p] = c.outside && p < c.past[s] && p % 3 == 1 ? (p % 2 ? -1 : rows + 5) : perm[b + p];
+        for (int j = 0; j < c.fresh[s]; j++, t++) pos[t] = c.past[s] + j, base[t] = b;
+    }
+    float *pool = malloc((size_t)rows * rw * 4), *q = malloc((size_t)T * nh * hd * 4), *w = malloc((size_t)T * nh * 4);
     tu_fill(pool, (size_t)rows * rw, 1.0f);
-    tu_fill(q, T * nh * hd, 1.0f);
-    tu_fill(w, T * nh, 0.2f);
+    tu_fill(q, (size_t)T * nh * hd, 1.0f);
+    tu_fill(w, (size_t)T * nh, 0.2f);
+    if (c.zeros) {
+        for (size_t e = 0; e < (size_t)T * nh * hd; e++) q[e] = fabsf(q[e]);
+        for (int r = 0; r < rows; r++)
+            if (r % 16)
+                for (int e = 0; e < hd; e++) pool[(size_t)r * rw + off + e] = -fabsf(pool[(size_t)r * rw + off + e]);
+    }
+    const nb_attn_index hix = {T, pos, base, tab};
+    const nb_attn_index dix = {T, tu_up(pos, T * 4), tu_up(base, T * 4), tu_up(tab, (size_t)n_pos * 4)};
     nb_tensor hq = nb_tensor_3d(q, F32, T, nh, hd), hw = nb_tensor_2d(w, F32, T, nh);
     nb_tensor hk = nb_tensor_2d(pool + off, F32, rows, hd);
     hk.stride[0] = rw;
@@ -713,56 +782,116 @@ static void dsa_case(int topk, int past, int nh, int form, int aligned)
     float *dpool = tu_up(pool, (size_t)rows * rw * 4);
     dk.data = dpool + off;
     dk.device = NB_DEVICE_CUDA;
-    int32_t *sp = malloc((size_t)T * topk * 4), *sc = malloc(T * 4), *sp2 = malloc((size_t)T * topk * 4), *sc2 = malloc(T * 4);
-    int32_t *dsp = tu_poisoned((size_t)T * topk * 4), *dsc = tu_poisoned(T * 4);
+    const size_t sel_bytes = (size_t)T * topk * 4;
+    int32_t *sp = malloc(sel_bytes), *sc = malloc(T * 4), *sp2 = malloc(sel_bytes), *sc2 = malloc(T * 4);
+    int32_t *sp1 = malloc(sel_bytes), *sc1 = malloc(T * 4);
+    int32_t *dsp = tu_poisoned(sel_bytes), *dsc = tu_poisoned(T * 4);
     const float sm = 1.0f / sqrtf((float)hd);
-    NB_CHECK_OK(nb_op_dsa_select(tu_cpu, &hq, &hw, sm, &hk, &ix.h, topk, sp, sc));
-    nb_cuda_dsa_force_form(form);
-    NB_CHECK_OK(nb_op_dsa_select(tu_gpu, &dq, &dw, sm, &dk, &ix.d, topk, dsp, dsc));
+    if (c.outside)
+        dsa_ref(&hix, q, w, nh, hd, sm, pool + off, rw, rows, topk, sp, sc);
+    else
+        NB_CHECK_OK(nb_op_dsa_select(tu_cpu, &hq, &hw, sm, &hk, &hix, topk, sp, sc));
+    nb_cuda_dsa_force_form(c.form);
+    int G = 1;
+    if (c.split) { /* the unsplit op first: the split one must give its ids exactly */
+        nb_cuda_dsa_force_split(0);
+        NB_CHECK_OK(nb_op_dsa_select(tu_gpu, &dq, &dw, sm, &dk, &dix, topk, dsp, dsc));
+        NB_CHECK(nb_cuda_dsa_last_splits() == 1);
+        NB_CHECK_OK(nb_ops_download(tu_gpu, sp1, dsp, sel_bytes));
+        NB_CHECK_OK(nb_ops_download(tu_gpu, sc1, dsc, T * 4));
+        dsp = tu_poisoned(sel_bytes), dsc = tu_poisoned(T * 4);
+    }
+    nb_cuda_dsa_force_split(c.split);
+    NB_CHECK_OK(nb_op_dsa_select(tu_gpu, &dq, &dw, sm, &dk, &dix, topk, dsp, dsc));
+    G = nb_cuda_dsa_last_splits();
+    nb_cuda_dsa_force_split(-1);
     nb_cuda_dsa_force_form(-1);
-    NB_CHECK_OK(nb_ops_download(tu_gpu, sp2, dsp, (size_t)T * topk * 4));
+    NB_CHECK_MSG(c.split == 1 ? G >= 2 : G == (c.split ? c.split : 1), "split %d ran with G = %d", c.split, G);
+    NB_CHECK_OK(nb_ops_download(tu_gpu, sp2, dsp, sel_bytes));
     NB_CHECK_OK(nb_ops_download(tu_gpu, sc2, dsc, T * 4));
-    int mism = 0, ties = 0;
+    int mism = 0, ties = 0, split_diff = 0;
     double worst_gap = 0;
     for (int i = 0; i < T; i++) {
-        NB_CHECK_MSG(sc[i] == sc2[i], "token %d: count cpu %d cuda %d", i, sc[i], sc2[i]);
-        if (ix.pos[i] + 1 <= topk) /* every position, in order (ops.h), on both backends */
+        NB_CHECK_MSG(sc[i] == sc2[i], "token %d: count ref %d cuda %d", i, sc[i], sc2[i]);
+        if (pos[i] + 1 <= topk) /* every position, in order (ops.h), on both backends */
             for (int j = 0; j < sc2[i]; j++)
-                NB_CHECK_MSG(sp[i * topk + j] == j && sp2[i * topk + j] == j, "token %d entry %d: cpu %d cuda %d", i, j,
+                NB_CHECK_MSG(sp[i * topk + j] == j && sp2[i * topk + j] == j, "token %d entry %d: ref %d cuda %d", i, j,
                              sp[i * topk + j], sp2[i * topk + j]);
+        if (c.split) {
+            NB_CHECK_MSG(sc1[i] == sc2[i], "token %d: count unsplit %d split %d", i, sc1[i], sc2[i]);
+            for (int j = 0; j < sc1[i] && j < sc2[i]; j++)
+                if (sp1[i * topk + j] != sp2[i * topk + j] && split_diff++ < 8)
+                    fprintf(stderr, "      token %d rank %d: unsplit pos %d, split pos %d\n", i, j, sp1[i * topk + j],
+                            sp2[i * topk + j]);
+        }
+        const int32_t *slots = tab + base[i];
         for (int j = 0; j < sc[i] && j < sc2[i]; j++) {
-            if (sp[i * topk + j] == sp2[i * topk + j]) continue;
-            const int32_t *slots = ix.slot_table + ix.slot_base[i];
-            double a = dsa_score(q + i * nh * hd, w + i * nh, nh, hd, sm, pool + off + (int64_t)slots[sp[i * topk + j]] * rw);
-            double b = dsa_score(q + i * nh * hd, w + i * nh, nh, hd, sm, pool + off + (int64_t)slots[sp2[i * topk + j]] * rw);
+            const int32_t pa = sp[i * topk + j], pb = sp2[i * topk + j];
+            if (pa == pb) continue;
+            if (pb < 0 || pb > pos[i] || slots[pb] < 0 || slots[pb] >= rows) { /* never a valid choice */
+                if (mism++ < 8) fprintf(stderr, "      token %d rank %d: cuda pos %d (outside)\n", i, j, pb);
+                continue;
+            }
+            double a = dsa_score(q + i * nh * hd, w + i * nh, nh, hd, sm, pool + off + (int64_t)slots[pa] * rw);
+            double b = dsa_score(q + i * nh * hd, w + i * nh, nh, hd, sm, pool + off + (int64_t)slots[pb] * rw);
             double gap = fabs(a - b) / (fabs(a) + 1e-30);
             if (gap > worst_gap) worst_gap = gap;
             if (gap <= 1e-5) {
                 ties++;
             } else if (mism++ < 8) {
-                fprintf(stderr, "      token %d rank %d: cpu pos %d (score %.9g), cuda pos %d (score %.9g)\n", i, j,
-                        sp[i * topk + j], a, sp2[i * topk + j], b);
+                fprintf(stderr, "      token %d rank %d: ref pos %d (score %.9g), cuda pos %d (score %.9g)\n", i, j, pa, a,
+                        pb, b);
             }
         }
     }
-    fprintf(stderr, "    dsa_select topk %d, %d heads, %s form%s, %d tokens up to position %d: %d mismatches, %d near-ties "
-            "(worst gap %.2g)%s\n", topk, nh, form ? "lanes" : "warp", aligned ? "" : " (unaligned rows)", T, past, mism,
-            ties, worst_gap, mism ? "  <-- FAIL" : "");
-    NB_CHECK(mism == 0);
-    free(pool), free(q), free(w), free(sp), free(sc), free(sp2), free(sc2);
+    char tok[64] = "";
+    for (int s = 0, k = 0; s < 3; s++)
+        if (c.fresh[s]) k += snprintf(tok + k, sizeof tok - k, "%s%d@%d", k ? " " : "", c.fresh[s], c.past[s]);
+    char split[48] = "one block per token";
+    if (c.split) snprintf(split, sizeof split, "%d splits (%d ids unlike unsplit)", G, split_diff);
+    fprintf(stderr, "    dsa_select topk %d, %d heads, %s form%s%s%s, tokens new@past %s, %s: %d mismatches, %d near-ties "
+            "(worst gap %.2g)%s\n", topk, nh, c.form ? "lanes" : "warp", c.unaligned ? " (unaligned rows)" : "",
+            c.zeros ? ", zero ties" : "", c.outside ? ", rows outside" : "", tok, split, mism, ties, worst_gap,
+            mism || split_diff ? "  <-- FAIL" : "");
+    NB_CHECK(mism == 0 && split_diff == 0);
+    free(pos), free(base), free(tab), free(perm), free(pool), free(q), free(w);
+    free(sp), free(sc), free(sp1), free(sc1), free(sp2), free(sc2);
     tu_free_all();
 }
+
+#define DSA(...) dsa_case((dsa_spec){__VA_ARGS__})
 
 static void test_dsa_select(void)
 {
     tu_seed(15);
+    static const int gs[] = {2, 3, 7, 128};
     for (int form = 0; form < 2; form++) {
-        dsa_case(64, 300, 32, form, 1);
-        dsa_case(512, 100, 32, form, 1);   /* fewer positions than topk: all of them, sorted */
-        dsa_case(256, 1100, 32, form, 1);  /* several merge chunks */
-        dsa_case(2048, 1100, 32, form, 1); /* GLM-5's index_topk and heads */
-        dsa_case(256, 1100, 64, form, 1);  /* DeepSeek-V3.2's 64 heads */
-        dsa_case(256, 700, 32, form, 0);   /* rows the lanes form does not take */
+        /* one block per token; 4 tokens at positions 0..3 besides the long one */
+        DSA(.topk = 64, .form = form, .fresh = {4, 1}, .past = {0, 300});
+        DSA(.topk = 512, .form = form, .fresh = {4, 1}, .past = {0, 100});   /* fewer positions than topk: all of them, sorted */
+        DSA(.topk = 256, .form = form, .fresh = {4, 1}, .past = {0, 1100});  /* several merge chunks */
+        DSA(.topk = 2048, .form = form, .fresh = {4, 1}, .past = {0, 1100}); /* GLM-5's index_topk and heads */
+        DSA(.topk = 256, .nh = 64, .form = form, .fresh = {4, 1}, .past = {0, 1100}); /* DeepSeek-V3.2's 64 heads */
+        DSA(.topk = 256, .form = form, .unaligned = 1, .fresh = {4, 1}, .past = {0, 700}); /* rows lanes does not take */
+        DSA(.topk = 256, .form = form, .fresh = {1}, .past = {5000}, .zeros = 1); /* ties at 0: lower positions first */
+        DSA(.topk = 256, .form = form, .fresh = {1, 1}, .past = {5000, 300}, .outside = 1);
+        /* split: G blocks per token and the merge */
+        for (int g = 0; g < 4; g++) {
+            DSA(.topk = 256, .form = form, .split = gs[g], .fresh = {1}, .past = {1100});
+            /* ranges above topk (merged in chunks), and a token whose context fits in topk */
+            DSA(.topk = 256, .form = form, .split = gs[g], .fresh = {1, 1, 1}, .past = {5000, 2500, 100});
+            DSA(.topk = 256, .form = form, .split = gs[g], .fresh = {1}, .past = {5000}, .zeros = 1);
+        }
+        DSA(.topk = 64, .form = form, .split = 128, .fresh = {1}, .past = {300}); /* 10 splits of 32, 118 empty */
+        DSA(.topk = 256, .form = form, .split = 3, .fresh = {3}, .past = {1100}); /* three tokens of one sequence */
+        DSA(.topk = 2048, .form = form, .split = 2, .fresh = {1}, .past = {9000}); /* GLM-5: 2 ranges of 4501 */
+        DSA(.topk = 2048, .form = form, .split = 7, .fresh = {1, 1, 1}, .past = {9000, 4000, 1000});
+        DSA(.topk = 2048, .form = form, .split = 1, .fresh = {1}, .past = {9000}); /* the automatic count */
+        DSA(.topk = 256, .nh = 64, .form = form, .split = 3, .fresh = {1}, .past = {1100});
+        DSA(.topk = 256, .form = form, .unaligned = 1, .split = 3, .fresh = {1}, .past = {1100});
+        DSA(.topk = 256, .form = form, .split = 3, .fresh = {1}, .past = {300}, .outside = 1); /* <= topk candidates */
+        DSA(.topk = 256, .form = form, .split = 7, .fresh = {1, 1, 1}, .past = {5000, 2500, 100}, .outside = 1);
+        DSA(.topk = 256, .form = form, .split = 7, .fresh = {1}, .past = {5000}, .zeros = 1, .outside = 1);
     }
 }
 
@@ -893,11 +1022,12 @@ static const nb_test tests[] = {
     {"moe_experts_repacked", test_moe_experts_repacked},
 };
 
-/* `test_cuda_vs_cpu dsa-time T CTX`: dsa_select at GLM-5's shape (32 heads x 128, topk 2048) for
- * T tokens at position CTX - 1 over one shared context of CTX rows, the warp form against the
- * lanes form, A B A B, each the mean of 20 launches after 3 (a timing, not a check: the
- * dsa_select test compares both forms with the CPU op). */
-static int dsa_time(int T, int ctx)
+/* `test_cuda_vs_cpu dsa-time T CTX [G]`: dsa_select at GLM-5's shape (32 heads x 128, topk 2048)
+ * for T tokens at position CTX - 1 over one shared context of CTX rows: the warp and lanes forms
+ * one block per token, then both split in G blocks per token (automatic without G; "G=1" in
+ * the line: the automatic count did not split), A B A B, each the mean of 20 launches after 3
+ * (a timing, not a check: the dsa_select test compares every variant with the CPU op). */
+static int dsa_time(int T, int ctx, int G)
 {
     const int nh = 32, hd = 128, topk = 2048, rw = hd + 4;
     float *pool = malloc((size_t)ctx * rw * 4), *q = malloc((size_t)T * nh * hd * 4), *w = malloc((size_t)T * nh * 4);
@@ -914,23 +1044,29 @@ static int dsa_time(int T, int ctx)
     dq.device = dw.device = dk.device = NB_DEVICE_CUDA;
     dk.stride[0] = rw;
     int32_t *sp = tu_poisoned((size_t)T * topk * 4), *sc = tu_poisoned((size_t)T * 4);
-    double ms[2][2];
+    double ms[4][2]; /* warp, lanes; split warp, split lanes */
+    int used = 1;
     for (int rep = 0; rep < 2; rep++)
-        for (int form = 0; form < 2; form++) {
-            nb_cuda_dsa_force_form(form);
+        for (int v = 0; v < 4; v++) {
+            nb_cuda_dsa_force_form(v & 1);
+            nb_cuda_dsa_force_split(v < 2 ? 0 : G >= 2 ? G : 1);
             for (int it = 0; it < 23; it++) {
                 if (it == 3) {
                     NB_ASSERT(nb_ops_sync(tu_gpu) == NB_OK);
-                    ms[form][rep] = (double)nb_now_ns();
+                    ms[v][rep] = (double)nb_now_ns();
                 }
                 NB_ASSERT(nb_op_dsa_select(tu_gpu, &dq, &dw, 1.0f / sqrtf((float)hd), &dk, &ix, topk, sp, sc) == NB_OK);
             }
             NB_ASSERT(nb_ops_sync(tu_gpu) == NB_OK);
-            ms[form][rep] = ((double)nb_now_ns() - ms[form][rep]) / 1e6 / 20;
+            ms[v][rep] = ((double)nb_now_ns() - ms[v][rep]) / 1e6 / 20;
+            if (v >= 2) used = nb_cuda_dsa_last_splits();
         }
     nb_cuda_dsa_force_form(-1);
-    fprintf(stderr, "dsa_select time T=%d ctx %d (32 x 128, topk 2048): warp form %.3f / %.3f ms, lanes form %.3f / %.3f ms\n",
-            T, ctx, ms[0][0], ms[0][1], ms[1][0], ms[1][1]);
+    nb_cuda_dsa_force_split(-1);
+    fprintf(stderr,
+            "dsa_select time T=%d ctx %d (32 x 128, topk 2048): warp form %.3f / %.3f ms, lanes form %.3f / %.3f ms, "
+            "split G=%d: warp %.3f / %.3f ms, lanes %.3f / %.3f ms\n",
+            T, ctx, ms[0][0], ms[0][1], ms[1][0], ms[1][1], used, ms[2][0], ms[2][1], ms[3][0], ms[3][1]);
     free(pool), free(q), free(w), free(pos), free(base), free(tab);
     tu_free_all();
     return 0;
@@ -940,8 +1076,8 @@ int main(int argc, char **argv)
 {
     if (!nb_cuda_test_require_gpu()) return 77;
     if (!tu_open()) return 1;
-    if (argc == 4 && !strcmp(argv[1], "dsa-time")) {
-        int rc = dsa_time(atoi(argv[2]), atoi(argv[3]));
+    if ((argc == 4 || argc == 5) && !strcmp(argv[1], "dsa-time")) {
+        int rc = dsa_time(atoi(argv[2]), atoi(argv[3]), argc == 5 ? atoi(argv[4]) : 0);
         tu_close();
         return rc;
     }

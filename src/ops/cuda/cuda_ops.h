@@ -102,8 +102,17 @@ nb_status nb_cuda_dsa_select(nb_ops_ctx *ctx, const nb_tensor *q, const nb_tenso
                              int32_t *sel_count);
 /* Tests and timings: dsa_select's scoring form (dsa.cu): 1 a lane per position (where the rows
  * are 16-byte aligned and there are 32 or 64 heads; else the warp form), 0 a warp per position;
- * anything else: back to NIBBLE_CUDA_DSA=lanes|warp (default warp: lanes has not run on a GPU). */
+ * anything else: back to NIBBLE_CUDA_DSA=lanes|warp (default warp; docs/cuda-backend.md has lanes'
+ * first GPU numbers). */
 void nb_cuda_dsa_force_form(int form);
+/* Tests and timings: dsa_select's split form (dsa.cu: G blocks per token score ranges of the
+ * context, one more block per token merges their candidates; the same output). 0 never; 1
+ * automatic (G from the token count and the SM count, split where G >= 2); G >= 2 exactly
+ * that many splits (at most 512, and only while tokens x G <= 2048); < 0: back to
+ * NIBBLE_CUDA_DSA_SPLIT=0|1|G (unset: automatic). Read at each call. */
+void nb_cuda_dsa_force_split(int split);
+/* The splits per token of the last nb_cuda_dsa_select call (1: one block per token). */
+int nb_cuda_dsa_last_splits(void);
 nb_status nb_cuda_moe_route(nb_ops_ctx *ctx, const nb_tensor *logits, const nb_router_params *p, nb_tensor *ids,
                             nb_tensor *weights);
 /* nb_cuda_linear then nb_cuda_moe_route. With NIBBLE_CUDA_GATE_ROUTE=fused (or the force

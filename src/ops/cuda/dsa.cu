@@ -1,27 +1,56 @@
 // The DSA indexer's scores and per-token top-k over the slot-addressed pool (ops.h
 // nb_op_dsa_select): score[i, p] = sum_h w[i, h] relu(scale q[i, h] . key[p]).
-// One block of 8 warps per token. A token whose context fits in topk selects every position in
-// order (ops.h) without scoring any. Otherwise the block keeps the best `topk` keys
-// (~ordered(score) << 32 | position, so ascending order is the CPU op's: score descending, ties
-// to the lower position) in shared memory and merges each chunk of S - topk new positions into
-// them by a bitonic sort of S keys (S: the power of two >= 2 topk, >= 1024).
+// A token whose context fits in topk selects every position in order (ops.h) without scoring
+// any. Otherwise the best `topk` keys (~ordered(score) << 32 | position: unique, and ascending
+// order is the CPU op's: score descending, ties to the lower position) are found in one of two
+// ways, with identical results (the same scoring code, exact selection):
+//   one block per token (k_dsa, 8 warps): the block keeps its best keys in shared memory and
+//     merges each chunk of S - topk new positions into them by a bitonic sort of S keys (S: the
+//     power of two >= 2 topk, >= 1024).
+//   split (k_dsa_part + k_dsa_merge), for small batches (NIBBLE_CUDA_DSA_SPLIT): G blocks per
+//     token, G from the token count alone (enough k_dsa_part blocks for one wave; a captured graph
+//     replays at other contexts), each scoring a contiguous range of ceil(n / G) positions (rounded
+//     up to 32) and keeping its best `topk` keys the same way, into device scratch; then one block
+//     of 1024 threads per token finds the topk-th smallest of the candidates by a radix select
+//     (11-bit digits of the score word, then of the position's significant bits, each pass over
+//     the keys matching the digits found so far; it stops once the digit's bucket is taken whole),
+//     gathers the keys at or below it and sorts them.
 // Scoring, two forms:
-//   lanes (NIBBLE_CUDA_DSA=lanes, where it applies: 16-byte aligned key rows, head dim a
-//     multiple of 4, 32 or 64 heads; not the default until measured on a GPU): a lane scores
-//     one position. It streams its key row in float4s and keeps
-//     one accumulator per head; the queries come from shared memory by broadcast loads. About
-//     160 instructions per position at GLM-5's 32 x 128, and no shuffles.
-//   warp (any shape; the default): a warp scores one position, one head at a
+//   lanes (the default where it applies: 16-byte aligned key rows, head dim a multiple of 4,
+//     32 or 64 heads; ~9x the warp form on an H200, docs/cuda-backend.md): a lane scores one
+//     position. It streams its key row in float4s and
+//     keeps one accumulator per head; the queries come from shared memory by broadcast loads.
+//     About 160 instructions per position at GLM-5's 32 x 128, and no shuffles.
+//   warp (any shape; NIBBLE_CUDA_DSA=warp forces it): a warp scores one position, one head at a
 //     time, each head's dot product summed across the warp by shuffles (the shuffle unit bounds
 //     it: ~190 shuffles and ~550 instructions per position at 32 x 128).
-// Exercised by tests/cuda_ops/test_cuda_vs_cpu.c (dsa_select: both forms against the CPU op).
+// Exercised by tests/cuda_ops/test_cuda_vs_cpu.c (dsa_select: both forms, one block per token
+// and split, against the CPU op and each other; `dsa-time T CTX [G]` times them).
 #include <stdlib.h>
 #include <string.h>
 
 #include "ops/cuda/common.cuh"
 
 #define NB_DSA_WARPS 8
-#define NB_DSA_MAXD 8 /* the warp form's index head dims per lane: up to 256 */
+#define NB_DSA_MAXD 8                /* the warp form's index head dims per lane: up to 256 */
+#define NB_DSA_MERGE_THREADS 1024    /* k_dsa_merge: a lone block per token streams the candidates */
+#define NB_DSA_DIGIT 11              /* radix select digit bits (a 2048-bin shared histogram) */
+#define NB_DSA_SPLIT_MAX 512         /* splits per token at most */
+#define NB_DSA_SPLIT_MAX_BLOCKS 2048 /* tokens x splits at most: bounds the scratch (x topk x 8 bytes) */
+// nb_cuda_scratch slot of the split candidates. Ops own slots 0-3 (callers 4-7 hold the engine's
+// activations and index arrays, this op's inputs); the candidates live only within this call.
+// Slot 1 is the linear kernels' fixed 32 MiB split-K partials at the same small batches
+// (linear_mma.cu), which the candidates (at most ~9 MiB at GLM-5's topk) fit without growing it.
+#define NB_DSA_SCRATCH_SLOT 1
+
+typedef struct dsa_args {
+    const float *q, *w, *key;
+    int64_t qs0, qs1, ws0, ks0, pool_rows;
+    float sm;
+    int nh, hd, topk, S;
+    nb_attn_index idx;
+    int32_t *sel_pos, *sel_count;
+} dsa_args;
 
 // Ascending order of the key = descending score, then ascending position. -0 counts as +0.
 __device__ __forceinline__ unsigned long long dsa_key(float s, int p)
@@ -84,64 +113,141 @@ __device__ __forceinline__ float dsa_score_lane(const float *qs, const float *ws
     return total;
 }
 
-// NH > 0: the lanes form for NH heads; NH == 0: the warp form.
-template <int NH>
-__global__ void __launch_bounds__(32 * NB_DSA_WARPS) k_dsa(const float *q, int64_t qs0, int64_t qs1, const float *wt,
-                                                          int64_t ws0, float sm, const float *key, int64_t ks0, int nh,
-                                                          int hd, nb_attn_index idx, int topk, int S, int64_t pool_rows,
-                                                          int32_t *sel_pos, int32_t *sel_count)
+// Token i's queries [nh * hd] and weights [nh] into shared memory (no barrier).
+__device__ __forceinline__ void dsa_load_query(float *qs, float *wsh, const dsa_args &a, int i)
 {
-    extern __shared__ unsigned long long cand[]; /* [S], then q [nh * hd] and w [nh] floats */
-    float *qs = (float *)(cand + S), *wsh = qs + nh * hd;
-    const int i = blockIdx.x, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (idx.pos[i] + 1 <= topk) { /* every position, in order: no scores needed (ops.h) */
-        const int n = idx.pos[i] + 1;
-        for (int t = threadIdx.x; t < n; t += blockDim.x) sel_pos[(int64_t)i * topk + t] = t;
-        if (threadIdx.x == 0) sel_count[i] = n;
+    for (int e = threadIdx.x; e < a.nh * a.hd; e += blockDim.x)
+        qs[e] = a.q[(int64_t)i * a.qs0 + (int64_t)(e / a.hd) * a.qs1 + e % a.hd];
+    for (int e = threadIdx.x; e < a.nh; e += blockDim.x) wsh[e] = a.w[(int64_t)i * a.ws0 + e];
+}
+
+// out[j] = the key of position p0 + j for j < m: ~0 at or past `end` and for rows outside the
+// pool. NH > 0: a lane per position (dsa_score_lane); NH == 0: a warp per position. The one
+// scoring code of both kernels, so their scores agree bit for bit. No barrier.
+template <int NH>
+__device__ __forceinline__ void dsa_score_keys(unsigned long long *out, int m, int p0, int end, const dsa_args &a,
+                                               const int32_t *slots, const float *qs, const float *wsh)
+{
+    if (NH > 0) {
+        for (int j = threadIdx.x; j < m; j += blockDim.x) {
+            const int p = p0 + j;
+            const int64_t row = p < end ? dsa_row(slots, p, a.pool_rows) : -1;
+            out[j] = row < 0 ? ~0ull
+                             : dsa_key(dsa_score_lane<NH>(qs, wsh, a.sm, (const float4 *)(a.key + row * a.ks0), a.hd / 4), p);
+        }
         return;
     }
-    for (int e = threadIdx.x; e < nh * hd; e += blockDim.x)
-        qs[e] = q[(int64_t)i * qs0 + (int64_t)(e / hd) * qs1 + e % hd];
-    for (int e = threadIdx.x; e < nh; e += blockDim.x) wsh[e] = wt[(int64_t)i * ws0 + e];
-    for (int e = threadIdx.x; e < topk; e += blockDim.x) cand[e] = ~0ull;
-    __syncthreads();
-    const int n = idx.pos[i] + 1, CH = S - topk;
-    const int32_t *slots = idx.slot_table + idx.slot_base[i];
-    for (int c0 = 0; c0 < n; c0 += CH) {
-        if (NH > 0) {
-            for (int j = threadIdx.x; j < CH; j += blockDim.x) {
-                const int p = c0 + j;
-                const int64_t row = p < n ? dsa_row(slots, p, pool_rows) : -1;
-                cand[topk + j] =
-                    row < 0 ? ~0ull : dsa_key(dsa_score_lane<NH>(qs, wsh, sm, (const float4 *)(key + row * ks0), hd / 4), p);
-            }
-        } else {
-            for (int j = w; j < CH; j += NB_DSA_WARPS) {
-                const int p = c0 + j;
-                unsigned long long k = ~0ull;
-                const int64_t row = p < n ? dsa_row(slots, p, pool_rows) : -1;
-                if (row >= 0) {
-                    const float *kr = key + row * ks0;
-                    float kv[NB_DSA_MAXD];
+    const int lane = threadIdx.x & 31, hd = a.hd;
+    for (int j = threadIdx.x >> 5; j < m; j += NB_DSA_WARPS) {
+        const int p = p0 + j;
+        unsigned long long k = ~0ull;
+        const int64_t row = p < end ? dsa_row(slots, p, a.pool_rows) : -1;
+        if (row >= 0) {
+            const float *kr = a.key + row * a.ks0;
+            float kv[NB_DSA_MAXD];
 #pragma unroll
-                    for (int m = 0; m < NB_DSA_MAXD; m++) kv[m] = lane + 32 * m < hd ? kr[lane + 32 * m] : 0.0f;
-                    float total = 0;
-                    for (int h = 0; h < nh; h++) {
-                        float dsum = 0;
+            for (int c = 0; c < NB_DSA_MAXD; c++) kv[c] = lane + 32 * c < hd ? kr[lane + 32 * c] : 0.0f;
+            float total = 0;
+            for (int h = 0; h < a.nh; h++) {
+                float dsum = 0;
 #pragma unroll
-                        for (int m = 0; m < NB_DSA_MAXD; m++)
-                            if (lane + 32 * m < hd) dsum += qs[h * hd + lane + 32 * m] * kv[m];
-                        dsum = __shfl_sync(0xffffffffu, nb_d_warp_sum(dsum), 0) * sm;
-                        if (dsum > 0) total += dsum * wsh[h];
-                    }
-                    k = dsa_key(total, p);
-                }
-                if (lane == 0) cand[topk + j] = k;
+                for (int c = 0; c < NB_DSA_MAXD; c++)
+                    if (lane + 32 * c < hd) dsum += qs[h * hd + lane + 32 * c] * kv[c];
+                dsum = __shfl_sync(0xffffffffu, nb_d_warp_sum(dsum), 0) * a.sm;
+                if (dsum > 0) total += dsum * wsh[h];
             }
+            k = dsa_key(total, p);
         }
-        __syncthreads();
-        dsa_sort(cand, S);
+        if (lane == 0) out[j] = k;
     }
+}
+
+// The best `topk` keys of positions [b, e) into cand[0, min(e - b, topk)), ~0 for rows outside
+// the pool or where there are fewer: each chunk of S - topk positions is scored into
+// cand[topk, S) and merged by a sort (ascending order); a range of at most topk positions is
+// scored into cand[0, e - b) as it is, unsorted.
+// Begins with a barrier (the query's load is ordered before the scoring); ends with one.
+template <int NH>
+__device__ __forceinline__ void dsa_best(unsigned long long *cand, int b, int e, const dsa_args &a, const int32_t *slots,
+                                         const float *qs, const float *wsh)
+{
+    const int topk = a.topk, one = e - b <= topk;
+    if (!one)
+        for (int t = threadIdx.x; t < topk; t += blockDim.x) cand[t] = ~0ull;
+    __syncthreads();
+    const int CH = one ? e - b : a.S - topk;
+    for (int c0 = b; c0 < e; c0 += CH) {
+        dsa_score_keys<NH>(cand + (one ? 0 : topk), CH, c0, e, a, slots, qs, wsh);
+        __syncthreads();
+        if (!one) dsa_sort(cand, a.S);
+    }
+}
+
+// A context that fits in topk: every position, in order, no scores (ops.h).
+__device__ __forceinline__ void dsa_write_all(const dsa_args &a, int i, int n)
+{
+    for (int t = threadIdx.x; t < n; t += blockDim.x) a.sel_pos[(int64_t)i * a.topk + t] = t;
+    if (threadIdx.x == 0) a.sel_count[i] = n;
+}
+
+// Append k to out[] where keep, at slots counted by *count (shared memory). Called by whole
+// warps together; the order of the appended keys is arbitrary.
+__device__ __forceinline__ void dsa_append(unsigned long long *out, int *count, unsigned long long k, bool keep)
+{
+    const int lane = threadIdx.x & 31;
+    const unsigned m = __ballot_sync(0xffffffffu, keep);
+    int base = 0;
+    if (lane == 0 && m) base = atomicAdd(count, __popc(m));
+    base = __shfl_sync(0xffffffffu, base, 0);
+    if (keep) out[base + __popc(m & ((1u << lane) - 1))] = k;
+}
+
+// Exclusive prefix sum of v over the block (whole warps, at most 32); *total (if not NULL) gets
+// the sum. wsum: 32 ints of shared memory. Begins and ends with a barrier.
+__device__ __forceinline__ int dsa_block_scan(int v, int *wsum, int *total)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int x = v;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, x, o);
+        if (lane >= o) x += y;
+    }
+    __syncthreads(); /* wsum's previous readers are done */
+    if (lane == 31) wsum[warp] = x;
+    __syncthreads();
+    if (warp == 0) {
+        int t = lane < nw ? wsum[lane] : 0;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int y = __shfl_up_sync(0xffffffffu, t, o);
+            if (lane >= o) t += y;
+        }
+        wsum[lane] = t;
+    }
+    __syncthreads();
+    if (total) *total = wsum[nw - 1];
+    const int r = x - v + (warp ? wsum[warp - 1] : 0);
+    __syncthreads();
+    return r;
+}
+
+// NH > 0: the lanes form for NH heads; NH == 0: the warp form. One block per token.
+template <int NH>
+__global__ void __launch_bounds__(32 * NB_DSA_WARPS) k_dsa(const __grid_constant__ dsa_args a)
+{
+    extern __shared__ unsigned long long cand[]; /* [S], then q [nh * hd] and w [nh] floats */
+    float *qs = (float *)(cand + a.S), *wsh = qs + a.nh * a.hd;
+    const nb_attn_index idx = a.idx;
+    int32_t *sel_pos = a.sel_pos, *sel_count = a.sel_count;
+    const int i = blockIdx.x, topk = a.topk;
+    if (idx.pos[i] + 1 <= topk) {
+        dsa_write_all(a, i, idx.pos[i] + 1);
+        return;
+    }
+    dsa_load_query(qs, wsh, a, i);
+    const int n = idx.pos[i] + 1;
+    dsa_best<NH>(cand, 0, n, a, idx.slot_table + idx.slot_base[i], qs, wsh);
     for (int t = threadIdx.x; t < topk; t += blockDim.x) {
         unsigned long long k = cand[t];
         if (k != ~0ull) sel_pos[(int64_t)i * topk + t] = (int32_t)(k & 0xffffffffu);
@@ -153,13 +259,139 @@ __global__ void __launch_bounds__(32 * NB_DSA_WARPS) k_dsa(const float *q, int64
     }
 }
 
-static int g_form = -1; /* nb_cuda_dsa_force_form; -1: NIBBLE_CUDA_DSA, else automatic */
+// Split form, first kernel: block (s, i) keeps the best `topk` keys of token i's positions
+// [s L, (s + 1) L) (L = ceil(n / G) rounded up to 32; the last blocks may get none), writes them
+// (any order, none ~0) to cand_g[(i G + s) topk ...] and their number to cnt_g[i G + s]. A
+// token whose context fits in topk is written whole by its block 0, as k_dsa does.
+template <int NH>
+__global__ void __launch_bounds__(32 * NB_DSA_WARPS)
+    k_dsa_part(const __grid_constant__ dsa_args a, int G, unsigned long long *cand_g, int *cnt_g)
+{
+    extern __shared__ unsigned long long cand[]; /* as k_dsa's */
+    __shared__ int kept;
+    const nb_attn_index idx = a.idx;
+    const int s = blockIdx.x, i = blockIdx.y, n = idx.pos[i] + 1, topk = a.topk;
+    if (n <= topk) {
+        if (s == 0) dsa_write_all(a, i, n);
+        return;
+    }
+    const int L = ((n - 1) / G + 32) & ~31;
+    const int b = (int)min((int64_t)s * L, (int64_t)n), e = (int)min((int64_t)b + L, (int64_t)n);
+    int *cnt = cnt_g + (int64_t)i * G + s;
+    if (b == e) {
+        if (threadIdx.x == 0) *cnt = 0;
+        return;
+    }
+    float *qs = (float *)(cand + a.S), *wsh = qs + a.nh * a.hd;
+    dsa_load_query(qs, wsh, a, i);
+    if (threadIdx.x == 0) kept = 0;
+    dsa_best<NH>(cand, b, e, a, idx.slot_table + idx.slot_base[i], qs, wsh);
+    unsigned long long *out = cand_g + ((int64_t)i * G + s) * topk;
+    const int m = min(e - b, topk);
+    for (int j0 = 0; j0 < m; j0 += blockDim.x) {
+        const int j = j0 + threadIdx.x;
+        const unsigned long long k = j < m ? cand[j] : ~0ull;
+        dsa_append(out, &kept, k, k != ~0ull);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) *cnt = kept;
+}
+
+// Split form, second kernel: one block per token selects the topk smallest of its G splits'
+// candidates (all of them when there are no more than topk), sorts them ascending and writes
+// them as k_dsa does. The keys are unique, so the topk-th smallest bounds exactly topk keys.
+__global__ void __launch_bounds__(NB_DSA_MERGE_THREADS)
+    k_dsa_merge(const unsigned long long *cand_g, const int *cnt_g, int G, const int32_t *pos, int topk,
+                int32_t *sel_pos, int32_t *sel_count)
+{
+    extern __shared__ unsigned long long sel[]; /* [the power of two >= topk] */
+    __shared__ unsigned hist[1 << NB_DSA_DIGIT];
+    __shared__ int wsum[32], nsel, f_bucket, f_below, f_in;
+    const int i = blockIdx.x, n = pos[i] + 1;
+    if (n <= topk) return; /* k_dsa_part wrote every position */
+    const unsigned long long *cand = cand_g + (int64_t)i * G * topk;
+    const int *cnt = cnt_g + (int64_t)i * G;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int c = 0, C;
+    for (int s = threadIdx.x; s < G; s += blockDim.x) c += cnt[s];
+    dsa_block_scan(c, wsum, &C);
+    // The keys found so far are those with (key & mask) <= prefix: the digits of the topk-th
+    // smallest key, most significant first. Digits: the score word in 11 + 11 + 10 bits, then
+    // the position's bits below pb (the ones above are 0 in every key), 11 at a time.
+    unsigned long long prefix = 0, mask = 0;
+    if (C > topk) {
+        const int pb = 32 - __clz(n - 1);
+        int need = topk; /* its rank among the keys that match prefix */
+        for (int top = 64; top > 0;) {
+            if (top == 32) top = pb;
+            const int wd = min(NB_DSA_DIGIT, top > 32 ? top - 32 : top), sh = top - wd, nb = 1 << wd;
+            const unsigned dm = (unsigned)nb - 1;
+            for (int e = threadIdx.x; e < nb; e += blockDim.x) hist[e] = 0;
+            __syncthreads();
+            for (int s = warp; s < G; s += nw) {
+                const int cs = cnt[s];
+                const unsigned long long *src = cand + (int64_t)s * topk;
+                for (int j0 = 0; j0 < cs; j0 += 32) {
+                    const int j = j0 + lane;
+                    const unsigned long long k = j < cs ? src[j] : 0;
+                    const bool in = j < cs && (k & mask) == prefix;
+                    const unsigned d = in ? (unsigned)(k >> sh) & dm : ~0u;
+                    const unsigned peers = __match_any_sync(0xffffffffu, d); /* one atomic per digit */
+                    if (in && lane == __ffs(peers) - 1) atomicAdd(&hist[d], (unsigned)__popc(peers));
+                }
+            }
+            __syncthreads();
+            const int per = (nb + blockDim.x - 1) / blockDim.x, e0 = threadIdx.x * per;
+            int loc = 0;
+            for (int e = e0; e < e0 + per && e < nb; e++) loc += (int)hist[e];
+            const int ex = dsa_block_scan(loc, wsum, NULL);
+            if (ex < need && ex + loc >= need) { /* the bin where the running count reaches need */
+                int run = ex, e = e0;
+                while (run + (int)hist[e] < need) run += (int)hist[e++];
+                f_bucket = e, f_below = run, f_in = (int)hist[e];
+            }
+            __syncthreads();
+            prefix |= (unsigned long long)f_bucket << sh;
+            mask |= (unsigned long long)dm << sh;
+            need -= f_below;
+            top = sh;
+            if (f_in == need) break; /* the whole bucket is in: no lower digit matters */
+        }
+    }
+    if (threadIdx.x == 0) nsel = 0;
+    __syncthreads();
+    for (int s = warp; s < G; s += nw) {
+        const int cs = cnt[s];
+        const unsigned long long *src = cand + (int64_t)s * topk;
+        for (int j0 = 0; j0 < cs; j0 += 32) {
+            const int j = j0 + lane;
+            const unsigned long long k = j < cs ? src[j] : ~0ull;
+            dsa_append(sel, &nsel, k, j < cs && (k & mask) <= prefix);
+        }
+    }
+    __syncthreads();
+    const int m = nsel; /* min(C, topk) */
+    int P = 1;
+    while (P < m) P <<= 1;
+    for (int e = m + threadIdx.x; e < P; e += blockDim.x) sel[e] = ~0ull;
+    __syncthreads();
+    dsa_sort(sel, P);
+    for (int t = threadIdx.x; t < m; t += blockDim.x) sel_pos[(int64_t)i * topk + t] = (int32_t)(sel[t] & 0xffffffffu);
+    if (threadIdx.x == 0) sel_count[i] = m;
+}
+
+static int g_form = -1;  /* nb_cuda_dsa_force_form; -1: NIBBLE_CUDA_DSA, else automatic */
+static int g_split = -1; /* nb_cuda_dsa_force_split; -1: NIBBLE_CUDA_DSA_SPLIT */
+static int g_last_splits = 1;
 
 extern "C" void nb_cuda_dsa_force_form(int form) { g_form = form == 0 || form == 1 ? form : -1; }
+extern "C" void nb_cuda_dsa_force_split(int split) { g_split = split >= 0 ? split : -1; }
+extern "C" int nb_cuda_dsa_last_splits(void) { return g_last_splits; }
 
 // 1: the lanes form, 0: the warp form (forced, else NIBBLE_CUDA_DSA=warp|lanes, else
-// NB_CUDA_DSA_LANES_DEFAULT). The lanes form stays opt-in until it has run on a GPU.
-#define NB_CUDA_DSA_LANES_DEFAULT 0
+// NB_CUDA_DSA_LANES_DEFAULT: lanes, ~9x the warp form one block per token on an H200,
+// docs/cuda-backend.md). The warp form stays for shapes the lanes form does not take.
+#define NB_CUDA_DSA_LANES_DEFAULT 1
 static int dsa_lanes(void)
 {
     if (g_form >= 0) return g_form;
@@ -169,6 +401,52 @@ static int dsa_lanes(void)
         env = e && !strcmp(e, "warp") ? 0 : e && !strcmp(e, "lanes") ? 1 : NB_CUDA_DSA_LANES_DEFAULT;
     }
     return env;
+}
+
+// 0: never split, 1: automatic, G >= 2: that many splits (forced, else NIBBLE_CUDA_DSA_SPLIT).
+static int dsa_split_mode(void)
+{
+    if (g_split >= 0) return g_split;
+    static int env = -1; /* a benign race reads the same value */
+    if (env < 0) {
+        const char *e = getenv("NIBBLE_CUDA_DSA_SPLIT");
+        env = e && !strcmp(e, "0") ? 0 : e && atoi(e) >= 2 ? atoi(e) : 1;
+    }
+    return env;
+}
+
+typedef void (*dsa_kernel)(dsa_args);
+typedef void (*dsa_part_kernel)(dsa_args, int, unsigned long long *, int *);
+
+// Splits per token for T tokens; 1: one block per token (k_dsa). Automatic: the k_dsa_part
+// blocks that fit on the GPU at once (its occupancy at this shared memory times the SMs) over
+// T, from the token count alone, as a captured graph replays at other contexts (the positions
+// are on the device). A forced count holds where T x G <= NB_DSA_SPLIT_MAX_BLOCKS.
+static int dsa_splits(nb_ops_ctx *ctx, int64_t T, dsa_part_kernel part, size_t smem)
+{
+    const int mode = dsa_split_mode();
+    if (mode == 0) return 1;
+    int64_t G = mode;
+    if (mode == 1) {
+        static struct {
+            dsa_part_kernel f;
+            size_t smem;
+            int dev, occ;
+        } memo; /* the last query (one form and topk per model); a race only costs a query */
+        const int dev = nb_cuda_st(ctx)->device;
+        if (memo.f != part || memo.smem != smem || memo.dev != dev) {
+            int occ = 0;
+            if (cudaFuncSetAttribute(part, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess ||
+                cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, part, 32 * NB_DSA_WARPS, smem) != cudaSuccess) {
+                cudaGetLastError();
+                occ = 0;
+            }
+            memo.f = part, memo.smem = smem, memo.dev = dev, memo.occ = occ;
+        }
+        G = (int64_t)memo.occ * nb_cuda_st(ctx)->sm_count / T;
+    }
+    if (G > NB_DSA_SPLIT_MAX) G = NB_DSA_SPLIT_MAX;
+    return G < 2 || T * G > NB_DSA_SPLIT_MAX_BLOCKS ? 1 : (int)G;
 }
 
 extern "C" nb_status nb_cuda_dsa_select(nb_ops_ctx *ctx, const nb_tensor *q, const nb_tensor *w, float softmax_scale,
@@ -192,15 +470,35 @@ extern "C" nb_status nb_cuda_dsa_select(nb_ops_ctx *ctx, const nb_tensor *q, con
     if (T == 0) return NB_OK;
     /* the lanes form: float4 rows (16-byte aligned base and stride) and 32 or 64 heads */
     const int aligned = (uintptr_t)key_pool->data % 16 == 0 && key_pool->stride[0] % 4 == 0 && hd % 4 == 0;
-    void (*kern)(const float *, int64_t, int64_t, const float *, int64_t, float, const float *, int64_t, int, int,
-                 nb_attn_index, int, int, int64_t, int32_t *, int32_t *) = k_dsa<0>;
-    if (dsa_lanes() && aligned && nh == 32) kern = k_dsa<32>;
-    if (dsa_lanes() && aligned && nh == 64) kern = k_dsa<64>;
-    NB_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    kern<<<(unsigned)T, 32 * NB_DSA_WARPS, smem, nb_cuda_stream(ctx)>>>(
-        (const float *)q->data, q->stride[0], q->stride[1], (const float *)w->data, w->stride[0], softmax_scale,
-        (const float *)key_pool->data, key_pool->stride[0], nh, hd, *idx, topk, S, key_pool->shape[0], sel_pos,
-        sel_count);
-    NB_CUDA_LAUNCHED("dsa_select");
+    const int lanes = dsa_lanes() && aligned && (nh == 32 || nh == 64) ? nh : 0;
+    dsa_kernel kern = lanes == 32 ? k_dsa<32> : lanes == 64 ? k_dsa<64> : k_dsa<0>;
+    dsa_part_kernel part = lanes == 32 ? k_dsa_part<32> : lanes == 64 ? k_dsa_part<64> : k_dsa_part<0>;
+    const dsa_args a = {(const float *)q->data, (const float *)w->data, (const float *)key_pool->data,
+                        q->stride[0], q->stride[1], w->stride[0], key_pool->stride[0], key_pool->shape[0],
+                        softmax_scale, nh, hd, topk, S, *idx, sel_pos, sel_count};
+    cudaStream_t stream = nb_cuda_stream(ctx);
+    const int G = smem + 64 <= (size_t)max_smem ? dsa_splits(ctx, T, part, smem) : 1; /* + k_dsa_part's own */
+    g_last_splits = G;
+    if (G < 2) {
+        NB_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        kern<<<(unsigned)T, 32 * NB_DSA_WARPS, smem, stream>>>(a);
+        NB_CUDA_LAUNCHED("dsa_select");
+        return NB_OK;
+    }
+    /* the candidates [T][G][topk] keys, then their counts [T][G] */
+    const size_t cbytes = (size_t)T * G * topk * 8;
+    char *scr = (char *)nb_cuda_scratch(ctx, NB_DSA_SCRATCH_SLOT, cbytes + (size_t)T * G * sizeof(int));
+    if (!scr) return NB_ERR_OUT_OF_MEMORY; /* nb_cuda_scratch said why (no memory, or growth in a capture) */
+    unsigned long long *cand = (unsigned long long *)scr;
+    int *cnt = (int *)(scr + cbytes);
+    NB_CUDA_TRY(cudaFuncSetAttribute(part, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    part<<<dim3((unsigned)G, (unsigned)T), 32 * NB_DSA_WARPS, smem, stream>>>(a, G, cand, cnt);
+    NB_CUDA_LAUNCHED("dsa_select (split)");
+    int P = 1; /* the merge's sort: P <= S / 2 keys, so P * 8 + its 8 KiB histogram fit where k_dsa does */
+    while (P < topk) P <<= 1;
+    NB_CUDA_TRY(cudaFuncSetAttribute(k_dsa_merge, cudaFuncAttributeMaxDynamicSharedMemorySize, P * 8));
+    k_dsa_merge<<<(unsigned)T, NB_DSA_MERGE_THREADS, (size_t)P * 8, stream>>>(cand, cnt, G, idx->pos, topk, sel_pos,
+                                                                               sel_count);
+    NB_CUDA_LAUNCHED("dsa_select (merge)");
     return NB_OK;
 }
