@@ -102,8 +102,8 @@ nb_status nb_cuda_dsa_select(nb_ops_ctx *ctx, const nb_tensor *q, const nb_tenso
                              int32_t *sel_count);
 /* Tests and timings: dsa_select's scoring form (dsa.cu): 1 a lane per position (where the rows
  * are 16-byte aligned and there are 32 or 64 heads; else the warp form), 0 a warp per position;
- * anything else: back to NIBBLE_CUDA_DSA=lanes|warp (default warp; docs/cuda-backend.md has lanes'
- * first GPU numbers). */
+ * anything else: back to NIBBLE_CUDA_DSA=lanes|warp (default lanes where it applies: ~9x the warp
+ * form on an H200, docs/cuda-backend.md). */
 void nb_cuda_dsa_force_form(int form);
 /* Tests and timings: dsa_select's split form (dsa.cu: G blocks per token score ranges of the
  * context, one more block per token merges their candidates; the same output). 0 never; 1
