@@ -6,6 +6,8 @@
  * (graph 1), batch 9 (padded to 10), batch 12 (above the max: eager fallback), batches 2 and
  * 4, a graph made stale by a prefill that grows the scratch (recaptured), logits kept on the
  * device (forward with NULL, read through nb_cuda_runner_logits on the runner's stream).
+ * Sequence 0's prompt (70 tokens) is longer than glm5-tiny's index_topk (64), so its steps
+ * run a live DSA selection (the split form at batch 1) inside captured graphs.
  * Label gpu; exits 77 without a GPU.
  * Run: build-NAME/tests/test_cuda_graph */
 #include <stdint.h>
@@ -20,6 +22,9 @@
 #define MAX_SEQS 12
 #define MAX_BS 10
 #define MODEL "synthetic:glm5-tiny"
+#define SEQ0_PROMPT 70 /* > glm5-tiny's index_topk of 64 */
+
+static int prompt_len(int s) { return s ? 6 + 3 * s : SEQ0_PROMPT; }
 
 typedef struct seq {
     int32_t tok[CTX];
@@ -136,14 +141,14 @@ static void test_graph_vs_eager(void)
     V = G->vocab_size;
     lg = malloc((size_t)MAX_SEQS * CTX * V * sizeof(float));
     le = malloc((size_t)MAX_SEQS * CTX * V * sizeof(float));
-    for (int s = 0; s < MAX_SEQS; s++) seq_init(s, 6 + 3 * s);
+    for (int s = 0; s < MAX_SEQS; s++) seq_init(s, prompt_len(s));
     nb_cuda_graph_stats g0, g1;
     stats(&g0);
     NB_CHECK(g0.enabled && g0.max_bs == MAX_BS && g0.n_sizes == 9 && g0.captured == 0);
 
     /* batch 1: first decode step runs eagerly and captures, the rest replay */
     int a[MAX_SEQS], l[MAX_SEQS];
-    for (int s = 0; s < MAX_SEQS; s++) a[s] = s, l[s] = 6 + 3 * s;
+    for (int s = 0; s < MAX_SEQS; s++) a[s] = s, l[s] = prompt_len(s);
     int bad = prefill(a, 1, l, "prefill seq 0");
     for (int k = 0; k < 5 && !bad; k++) bad |= decode(a, 1, k & 1, "decode batch 1");
     stats(&g1);
