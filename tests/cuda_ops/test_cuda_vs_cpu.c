@@ -800,6 +800,25 @@ static void dsa_case(dsa_spec c)
         NB_CHECK_OK(nb_ops_download(tu_gpu, sp1, dsp, sel_bytes));
         NB_CHECK_OK(nb_ops_download(tu_gpu, sc1, dsc, T * 4));
         dsp = tu_poisoned(sel_bytes), dsc = tu_poisoned(T * 4);
+        /* the merge's fallback (every radix digit over the global candidates) and a room of
+         * 16 keys for the first digit's bin (the shared-memory path where it fits, else the
+         * fallback): the same ids */
+        static const int caps[] = {0, 16};
+        for (int ci = 0; ci < 2; ci++) {
+            nb_cuda_dsa_force_split(c.split);
+            nb_cuda_dsa_force_merge_cap(caps[ci]);
+            NB_CHECK_OK(nb_op_dsa_select(tu_gpu, &dq, &dw, sm, &dk, &dix, topk, dsp, dsc));
+            nb_cuda_dsa_force_merge_cap(-1);
+            NB_CHECK_OK(nb_ops_download(tu_gpu, sp2, dsp, sel_bytes));
+            NB_CHECK_OK(nb_ops_download(tu_gpu, sc2, dsc, T * 4));
+            int diff = 0;
+            for (int i = 0; i < T; i++) {
+                diff += sc1[i] != sc2[i];
+                for (int j = 0; j < sc1[i] && j < sc2[i]; j++) diff += sp1[i * topk + j] != sp2[i * topk + j];
+            }
+            NB_CHECK_MSG(diff == 0, "merge room %d keys: %d ids or counts unlike unsplit", caps[ci], diff);
+            dsp = tu_poisoned(sel_bytes), dsc = tu_poisoned(T * 4);
+        }
     }
     nb_cuda_dsa_force_split(c.split);
     NB_CHECK_OK(nb_op_dsa_select(tu_gpu, &dq, &dw, sm, &dk, &dix, topk, dsp, dsc));
@@ -1023,13 +1042,16 @@ static const nb_test tests[] = {
 };
 
 /* `test_cuda_vs_cpu dsa-time T CTX [G]`: dsa_select at GLM-5's shape (32 heads x 128, topk 2048)
- * for T tokens at position CTX - 1 over one shared context of CTX rows: the warp and lanes forms
- * one block per token, then both split in G blocks per token (automatic without G; "G=1" in
- * the line: the automatic count did not split), A B A B, each the mean of 20 launches after 3
- * (a timing, not a check: the dsa_select test compares every variant with the CPU op). */
+ * for T tokens at position CTX - 1 over one shared context of CTX rows, the lanes form: one
+ * block per token; split in G blocks per token (automatic without G; "G=1" in the line: the
+ * automatic count did not split) with the merge's every digit over the global candidates
+ * (room 0), with the automatic room, and the part kernel alone (no merge). A B C D A B C D, each
+ * the mean of 20 launches after 3 (a timing, not a check: the dsa_select test compares every
+ * variant with the CPU op). NB_TEST_DSA_WARP=1 times the warp form instead. */
 static int dsa_time(int T, int ctx, int G)
 {
     const int nh = 32, hd = 128, topk = 2048, rw = hd + 4;
+    const int form = getenv("NB_TEST_DSA_WARP") && atoi(getenv("NB_TEST_DSA_WARP")) ? 0 : 1;
     float *pool = malloc((size_t)ctx * rw * 4), *q = malloc((size_t)T * nh * hd * 4), *w = malloc((size_t)T * nh * 4);
     int32_t *pos = malloc((size_t)T * 4), *base = calloc((size_t)T, 4), *tab = malloc((size_t)ctx * 4);
     tu_fill(pool, (size_t)ctx * rw, 1.0f);
@@ -1044,12 +1066,14 @@ static int dsa_time(int T, int ctx, int G)
     dq.device = dw.device = dk.device = NB_DEVICE_CUDA;
     dk.stride[0] = rw;
     int32_t *sp = tu_poisoned((size_t)T * topk * 4), *sc = tu_poisoned((size_t)T * 4);
-    double ms[4][2]; /* warp, lanes; split warp, split lanes */
+    static const int cap[4] = {-1, 0, -1, -2};
+    double ms[4][2];
     int used = 1;
+    nb_cuda_dsa_force_form(form);
     for (int rep = 0; rep < 2; rep++)
         for (int v = 0; v < 4; v++) {
-            nb_cuda_dsa_force_form(v & 1);
-            nb_cuda_dsa_force_split(v < 2 ? 0 : G >= 2 ? G : 1);
+            nb_cuda_dsa_force_split(v == 0 ? 0 : G >= 2 ? G : 1);
+            nb_cuda_dsa_force_merge_cap(cap[v]);
             for (int it = 0; it < 23; it++) {
                 if (it == 3) {
                     NB_ASSERT(nb_ops_sync(tu_gpu) == NB_OK);
@@ -1059,14 +1083,16 @@ static int dsa_time(int T, int ctx, int G)
             }
             NB_ASSERT(nb_ops_sync(tu_gpu) == NB_OK);
             ms[v][rep] = ((double)nb_now_ns() - ms[v][rep]) / 1e6 / 20;
-            if (v >= 2) used = nb_cuda_dsa_last_splits();
+            if (v >= 1) used = nb_cuda_dsa_last_splits();
         }
+    nb_cuda_dsa_force_merge_cap(-1);
     nb_cuda_dsa_force_form(-1);
     nb_cuda_dsa_force_split(-1);
     fprintf(stderr,
-            "dsa_select time T=%d ctx %d (32 x 128, topk 2048): warp form %.3f / %.3f ms, lanes form %.3f / %.3f ms, "
-            "split G=%d: warp %.3f / %.3f ms, lanes %.3f / %.3f ms\n",
-            T, ctx, ms[0][0], ms[0][1], ms[1][0], ms[1][1], used, ms[2][0], ms[2][1], ms[3][0], ms[3][1]);
+            "dsa_select time T=%d ctx %d (32 x 128, topk 2048, %s form): one block per token %.3f / %.3f ms; split G=%d: "
+            "merge room 0 %.3f / %.3f ms, automatic %.3f / %.3f ms, part alone %.3f / %.3f ms\n",
+            T, ctx, form ? "lanes" : "warp", ms[0][0], ms[0][1], used, ms[1][0], ms[1][1], ms[2][0], ms[2][1], ms[3][0],
+            ms[3][1]);
     free(pool), free(q), free(w), free(pos), free(base), free(tab);
     tu_free_all();
     return 0;

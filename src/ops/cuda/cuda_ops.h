@@ -113,6 +113,11 @@ void nb_cuda_dsa_force_form(int form);
 void nb_cuda_dsa_force_split(int split);
 /* The splits per token of the last nb_cuda_dsa_select call (1: one block per token). */
 int nb_cuda_dsa_last_splits(void);
+/* Tests and timings: the split merge's shared-memory room for the first radix digit's bin, in
+ * keys (dsa.cu k_dsa_merge): 0 runs every digit over the candidates in global memory; a small
+ * count forces that fallback where the bin is larger; -1 restores the automatic room (up to
+ * 16384 keys); -2 (timing only) launches no merge, leaving the selection unwritten. */
+void nb_cuda_dsa_force_merge_cap(int keys);
 nb_status nb_cuda_moe_route(nb_ops_ctx *ctx, const nb_tensor *logits, const nb_router_params *p, nb_tensor *ids,
                             nb_tensor *weights);
 /* nb_cuda_linear then nb_cuda_moe_route. With NIBBLE_CUDA_GATE_ROUTE=fused (or the force

@@ -14,7 +14,9 @@
 //     of 1024 threads per token finds the topk-th smallest of the candidates by a radix select
 //     (11-bit digits of the score word, then of the position's significant bits, each pass over
 //     the keys matching the digits found so far; it stops once the digit's bucket is taken whole),
-//     gathers the keys at or below it and sorts them.
+//     gathers the keys at or below it and sorts them. Only the first digit passes over every
+//     candidate in global memory: the next pass sends the keys below its bin to the selection and
+//     those in it to shared memory, where the lower digits run.
 // Scoring, two forms:
 //   lanes (the default where it applies: 16-byte aligned key rows, head dim a multiple of 4,
 //     32 or 64 heads; ~9x the warp form on an H200, docs/cuda-backend.md): a lane scores one
@@ -37,6 +39,8 @@
 #define NB_DSA_DIGIT 11              /* radix select digit bits (a 2048-bin shared histogram) */
 #define NB_DSA_SPLIT_MAX 512         /* splits per token at most */
 #define NB_DSA_SPLIT_MAX_BLOCKS 2048 /* tokens x splits at most: bounds the scratch (x topk x 8 bytes) */
+#define NB_DSA_MERGE_WCAP 16384      /* k_dsa_merge: keys of the first digit's bin kept in shared memory */
+#define NB_DSA_MERGE_OWN_SMEM 12288  /* k_dsa_merge's static shared memory, rounded up */
 // nb_cuda_scratch slot of the split candidates. Ops own slots 0-3 (callers 4-7 hold the engine's
 // activations and index arrays, this op's inputs); the candidates live only within this call.
 // Slot 1 is the linear kernels' fixed 32 MiB split-K partials at the same small batches
@@ -297,85 +301,155 @@ __global__ void __launch_bounds__(32 * NB_DSA_WARPS)
     if (threadIdx.x == 0) *cnt = kept;
 }
 
+// The merge's passes over candidates. Every call is made by whole warps together.
+#define NB_DSA_HIST 0   /* histogram the digit at sh of the keys matching prefix */
+#define NB_DSA_GATHER 1 /* keys at or below prefix (on mask's bits) -> sel */
+#define NB_DSA_SPLIT 2  /* keys below prefix -> sel, keys matching it -> w */
+typedef struct dsa_pass {
+    unsigned long long prefix, mask;
+    int sh;
+    unsigned dm;
+    unsigned *hist;
+    unsigned long long *sel, *w;
+    int *nsel, *nw;
+} dsa_pass;
+
+__device__ __forceinline__ void dsa_visit(int mode, unsigned long long k, bool ok, const dsa_pass &p)
+{
+    const unsigned long long m = k & p.mask;
+    if (mode == NB_DSA_HIST) {
+        const bool in = ok && m == p.prefix;
+        const unsigned d = in ? (unsigned)(k >> p.sh) & p.dm : ~0u;
+        const unsigned peers = __match_any_sync(0xffffffffu, d); /* one atomic per digit */
+        if (in && (threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&p.hist[d], (unsigned)__popc(peers));
+    } else if (mode == NB_DSA_GATHER) {
+        dsa_append(p.sel, p.nsel, k, ok && m <= p.prefix);
+    } else {
+        dsa_append(p.sel, p.nsel, k, ok && m < p.prefix);
+        dsa_append(p.w, p.nw, k, ok && m == p.prefix);
+    }
+}
+
+#define NB_DSA_MERGE_U 8 /* candidate loads in flight per lane: a pass is a chain of L2 round trips */
+
+// One pass over the G splits' candidates in global memory (counts in shared memory): a warp per
+// split, NB_DSA_MERGE_U x 32 keys loaded before any is used.
+__device__ __forceinline__ void dsa_pass_splits(int mode, const unsigned long long *cand, const int *scnt, int G,
+                                                int topk, const dsa_pass &p)
+{
+    const int lane = threadIdx.x & 31, nwarps = blockDim.x >> 5;
+    for (int s = threadIdx.x >> 5; s < G; s += nwarps) {
+        const int cs = scnt[s];
+        const unsigned long long *src = cand + (int64_t)s * topk;
+        for (int j0 = 0; j0 < cs; j0 += 32 * NB_DSA_MERGE_U) {
+            unsigned long long k[NB_DSA_MERGE_U];
+#pragma unroll
+            for (int u = 0; u < NB_DSA_MERGE_U; u++) {
+                const int j = j0 + 32 * u + lane;
+                k[u] = j < cs ? __ldcg(src + j) : ~0ull;
+            }
+#pragma unroll
+            for (int u = 0; u < NB_DSA_MERGE_U; u++)
+                if (j0 + 32 * u < cs) dsa_visit(mode, k[u], j0 + 32 * u + lane < cs, p);
+        }
+    }
+}
+
+// One pass over n keys in shared memory.
+__device__ __forceinline__ void dsa_pass_smem(int mode, const unsigned long long *w, int n, const dsa_pass &p)
+{
+    for (int j0 = threadIdx.x & ~31; j0 < n; j0 += blockDim.x) {
+        const int j = j0 + (threadIdx.x & 31);
+        dsa_visit(mode, j < n ? w[j] : ~0ull, j < n, p);
+    }
+}
+
+// The next digit of the topk-th smallest key: histogram the keys matching p->prefix (from the
+// splits, or from w[0, nw) where w is not NULL), find the bin where the running count reaches
+// *need, and narrow p->prefix / p->mask to it. Returns whether that bin is taken whole (no lower
+// digit matters). *top: the digit's top bit, lowered past it.
+__device__ __forceinline__ bool dsa_digit(dsa_pass *p, int *top, int pb, int *need, const unsigned long long *cand,
+                                          const int *scnt, int G, int topk, const unsigned long long *w, int nw,
+                                          int *wsum, int *found)
+{
+    if (*top == 32) *top = pb;
+    const int wd = min(NB_DSA_DIGIT, *top > 32 ? *top - 32 : *top), nb = 1 << wd;
+    p->sh = *top - wd;
+    p->dm = (unsigned)nb - 1;
+    for (int e = threadIdx.x; e < nb; e += blockDim.x) p->hist[e] = 0;
+    __syncthreads();
+    if (w)
+        dsa_pass_smem(NB_DSA_HIST, w, nw, *p);
+    else
+        dsa_pass_splits(NB_DSA_HIST, cand, scnt, G, topk, *p);
+    __syncthreads();
+    const int per = (nb + blockDim.x - 1) / blockDim.x, e0 = threadIdx.x * per;
+    int loc = 0;
+    for (int e = e0; e < e0 + per && e < nb; e++) loc += (int)p->hist[e];
+    const int ex = dsa_block_scan(loc, wsum, NULL);
+    if (ex < *need && ex + loc >= *need) { /* the bin where the running count reaches need */
+        int run = ex, e = e0;
+        while (run + (int)p->hist[e] < *need) run += (int)p->hist[e++];
+        found[0] = e, found[1] = run, found[2] = (int)p->hist[e];
+    }
+    __syncthreads();
+    p->prefix |= (unsigned long long)found[0] << p->sh;
+    p->mask |= (unsigned long long)p->dm << p->sh;
+    *need -= found[1];
+    *top = p->sh;
+    return found[2] == *need;
+}
+
 // Split form, second kernel: one block per token selects the topk smallest of its G splits'
 // candidates (all of them when there are no more than topk), sorts them ascending and writes
 // them as k_dsa does. The keys are unique, so the topk-th smallest bounds exactly topk keys.
+// Radix select, most significant digit first: the score word in 11 + 11 + 10 bits, then the
+// position's bits below pb (the ones above are 0 in every key), 11 at a time. After the first
+// digit's pass over the candidates in global memory, one more pass sends the keys below its bin
+// to sel and the keys in it to shared memory (when at most wcap: the bin of the topk-th score
+// holds a small share of the candidates); the lower digits then run there. Otherwise (or wcap
+// 0) every digit passes over the global candidates, and a last pass gathers the selection.
 __global__ void __launch_bounds__(NB_DSA_MERGE_THREADS)
-    k_dsa_merge(const unsigned long long *cand_g, const int *cnt_g, int G, const int32_t *pos, int topk,
-                int32_t *sel_pos, int32_t *sel_count)
+    k_dsa_merge(const unsigned long long *cand_g, const int *cnt_g, int G, const int32_t *pos, int topk, int P,
+                int wcap, int32_t *sel_pos, int32_t *sel_count)
 {
-    extern __shared__ unsigned long long sel[]; /* [the power of two >= topk] */
+    extern __shared__ unsigned long long sel[]; /* [P], then the bin's keys [wcap] */
     __shared__ unsigned hist[1 << NB_DSA_DIGIT];
-    __shared__ int wsum[32], nsel, f_bucket, f_below, f_in;
+    __shared__ int scnt[NB_DSA_SPLIT_MAX], wsum[32], found[3], nsel, nwk;
     const int i = blockIdx.x, n = pos[i] + 1;
     if (n <= topk) return; /* k_dsa_part wrote every position */
     const unsigned long long *cand = cand_g + (int64_t)i * G * topk;
-    const int *cnt = cnt_g + (int64_t)i * G;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    unsigned long long *wk = sel + P;
     int c = 0, C;
-    for (int s = threadIdx.x; s < G; s += blockDim.x) c += cnt[s];
-    dsa_block_scan(c, wsum, &C);
-    // The keys found so far are those with (key & mask) <= prefix: the digits of the topk-th
-    // smallest key, most significant first. Digits: the score word in 11 + 11 + 10 bits, then
-    // the position's bits below pb (the ones above are 0 in every key), 11 at a time.
-    unsigned long long prefix = 0, mask = 0;
+    for (int s = threadIdx.x; s < G; s += blockDim.x) c += scnt[s] = cnt_g[(int64_t)i * G + s];
+    if (threadIdx.x == 0) nsel = 0, nwk = 0;
+    dsa_block_scan(c, wsum, &C); /* its barriers publish scnt, nsel and nwk */
+    dsa_pass p = {0, 0, 0, 0, hist, sel, wk, &nsel, &nwk};
+    bool gathered = false;
     if (C > topk) {
         const int pb = 32 - __clz(n - 1);
-        int need = topk; /* its rank among the keys that match prefix */
-        for (int top = 64; top > 0;) {
-            if (top == 32) top = pb;
-            const int wd = min(NB_DSA_DIGIT, top > 32 ? top - 32 : top), sh = top - wd, nb = 1 << wd;
-            const unsigned dm = (unsigned)nb - 1;
-            for (int e = threadIdx.x; e < nb; e += blockDim.x) hist[e] = 0;
+        int need = topk, top = 64; /* need: its rank among the keys that match prefix */
+        bool whole = dsa_digit(&p, &top, pb, &need, cand, scnt, G, topk, NULL, 0, wsum, found);
+        if (!whole && found[2] <= wcap) {
+            dsa_pass_splits(NB_DSA_SPLIT, cand, scnt, G, topk, p);
             __syncthreads();
-            for (int s = warp; s < G; s += nw) {
-                const int cs = cnt[s];
-                const unsigned long long *src = cand + (int64_t)s * topk;
-                for (int j0 = 0; j0 < cs; j0 += 32) {
-                    const int j = j0 + lane;
-                    const unsigned long long k = j < cs ? src[j] : 0;
-                    const bool in = j < cs && (k & mask) == prefix;
-                    const unsigned d = in ? (unsigned)(k >> sh) & dm : ~0u;
-                    const unsigned peers = __match_any_sync(0xffffffffu, d); /* one atomic per digit */
-                    if (in && lane == __ffs(peers) - 1) atomicAdd(&hist[d], (unsigned)__popc(peers));
-                }
+            const int nw = nwk;
+            while (top > 0 && !dsa_digit(&p, &top, pb, &need, cand, scnt, G, topk, wk, nw, wsum, found)) {
             }
-            __syncthreads();
-            const int per = (nb + blockDim.x - 1) / blockDim.x, e0 = threadIdx.x * per;
-            int loc = 0;
-            for (int e = e0; e < e0 + per && e < nb; e++) loc += (int)hist[e];
-            const int ex = dsa_block_scan(loc, wsum, NULL);
-            if (ex < need && ex + loc >= need) { /* the bin where the running count reaches need */
-                int run = ex, e = e0;
-                while (run + (int)hist[e] < need) run += (int)hist[e++];
-                f_bucket = e, f_below = run, f_in = (int)hist[e];
-            }
-            __syncthreads();
-            prefix |= (unsigned long long)f_bucket << sh;
-            mask |= (unsigned long long)dm << sh;
-            need -= f_below;
-            top = sh;
-            if (f_in == need) break; /* the whole bucket is in: no lower digit matters */
+            dsa_pass_smem(NB_DSA_GATHER, wk, nw, p);
+            gathered = true;
+        } else {
+            while (!whole && top > 0) whole = dsa_digit(&p, &top, pb, &need, cand, scnt, G, topk, NULL, 0, wsum, found);
         }
     }
-    if (threadIdx.x == 0) nsel = 0;
-    __syncthreads();
-    for (int s = warp; s < G; s += nw) {
-        const int cs = cnt[s];
-        const unsigned long long *src = cand + (int64_t)s * topk;
-        for (int j0 = 0; j0 < cs; j0 += 32) {
-            const int j = j0 + lane;
-            const unsigned long long k = j < cs ? src[j] : ~0ull;
-            dsa_append(sel, &nsel, k, j < cs && (k & mask) <= prefix);
-        }
-    }
+    if (!gathered) dsa_pass_splits(NB_DSA_GATHER, cand, scnt, G, topk, p);
     __syncthreads();
     const int m = nsel; /* min(C, topk) */
-    int P = 1;
-    while (P < m) P <<= 1;
-    for (int e = m + threadIdx.x; e < P; e += blockDim.x) sel[e] = ~0ull;
+    int Q = 1;
+    while (Q < m) Q <<= 1;
+    for (int e = m + threadIdx.x; e < Q; e += blockDim.x) sel[e] = ~0ull;
     __syncthreads();
-    dsa_sort(sel, P);
+    dsa_sort(sel, Q);
     for (int t = threadIdx.x; t < m; t += blockDim.x) sel_pos[(int64_t)i * topk + t] = (int32_t)(sel[t] & 0xffffffffu);
     if (threadIdx.x == 0) sel_count[i] = m;
 }
@@ -383,10 +457,12 @@ __global__ void __launch_bounds__(NB_DSA_MERGE_THREADS)
 static int g_form = -1;  /* nb_cuda_dsa_force_form; -1: NIBBLE_CUDA_DSA, else automatic */
 static int g_split = -1; /* nb_cuda_dsa_force_split; -1: NIBBLE_CUDA_DSA_SPLIT */
 static int g_last_splits = 1;
+static int g_merge_cap = -1; /* nb_cuda_dsa_force_merge_cap; -1: automatic, -2: no merge (timing) */
 
 extern "C" void nb_cuda_dsa_force_form(int form) { g_form = form == 0 || form == 1 ? form : -1; }
 extern "C" void nb_cuda_dsa_force_split(int split) { g_split = split >= 0 ? split : -1; }
 extern "C" int nb_cuda_dsa_last_splits(void) { return g_last_splits; }
+extern "C" void nb_cuda_dsa_force_merge_cap(int keys) { g_merge_cap = keys >= -2 ? keys : -1; }
 
 // 1: the lanes form, 0: the warp form (forced, else NIBBLE_CUDA_DSA=warp|lanes, else
 // NB_CUDA_DSA_LANES_DEFAULT: lanes, ~9x the warp form one block per token on an H200,
@@ -494,11 +570,18 @@ extern "C" nb_status nb_cuda_dsa_select(nb_ops_ctx *ctx, const nb_tensor *q, con
     NB_CUDA_TRY(cudaFuncSetAttribute(part, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     part<<<dim3((unsigned)G, (unsigned)T), 32 * NB_DSA_WARPS, smem, stream>>>(a, G, cand, cnt);
     NB_CUDA_LAUNCHED("dsa_select (split)");
-    int P = 1; /* the merge's sort: P <= S / 2 keys, so P * 8 + its 8 KiB histogram fit where k_dsa does */
+    if (g_merge_cap == -2) return NB_OK; /* timing the part kernel alone */
+    int P = 1; /* the merge's sort: P <= S / 2 keys, so P * 8 + its ~11 KiB of its own fit where k_dsa does */
     while (P < topk) P <<= 1;
-    NB_CUDA_TRY(cudaFuncSetAttribute(k_dsa_merge, cudaFuncAttributeMaxDynamicSharedMemorySize, P * 8));
-    k_dsa_merge<<<(unsigned)T, NB_DSA_MERGE_THREADS, (size_t)P * 8, stream>>>(cand, cnt, G, idx->pos, topk, sel_pos,
-                                                                               sel_count);
+    /* the first digit's bin in shared memory: whatever room is left, up to NB_DSA_MERGE_WCAP keys */
+    int64_t wcap = ((int64_t)max_smem - P * 8 - NB_DSA_MERGE_OWN_SMEM) / 8;
+    wcap = g_merge_cap >= 0 ? g_merge_cap : wcap > NB_DSA_MERGE_WCAP ? NB_DSA_MERGE_WCAP : wcap < 0 ? 0 : wcap;
+    const size_t msmem = (size_t)(P + wcap) * 8;
+    if (msmem + NB_DSA_MERGE_OWN_SMEM > (size_t)max_smem)
+        return nb_error(NB_ERR_INVALID_ARG, "dsa_select: merge capacity %lld keys does not fit shared memory", (long long)wcap);
+    NB_CUDA_TRY(cudaFuncSetAttribute(k_dsa_merge, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)msmem));
+    k_dsa_merge<<<(unsigned)T, NB_DSA_MERGE_THREADS, msmem, stream>>>(cand, cnt, G, idx->pos, topk, P, (int)wcap, sel_pos,
+                                                                       sel_count);
     NB_CUDA_LAUNCHED("dsa_select (merge)");
     return NB_OK;
 }
