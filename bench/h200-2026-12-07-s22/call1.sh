@@ -1,7 +1,8 @@
 #!/bin/bash
 # Twenty-second session, call 1: dsa_select's merge with the first digit's bin in shared memory
-# (checks, then part / merge timings), test_cuda_graph with a live selection, the long-prompt
-# run against the old DSA path, rows_bf16, golden fixtures, the 64 x 4096 per-op profile.
+# and the mma scoring form (checks, then part / merge timings per form), test_cuda_graph with a
+# live selection, the long-prompt run (lanes, mma, the old DSA path), rows_bf16, golden
+# fixtures, the 64 x 4096 per-op profile.
 #   BUILD=build scripts/device-verify.sh pack
 #   run(command="bash bench/h200-2026-12-07-s22/call1.sh", carry=[".devbin.tar.xz", ".devlibs.tar.xz"], timeout_s=300)
 set -u
@@ -17,12 +18,14 @@ echo "test_cuda_vs_cpu dsa_select rc=$?"; grep -ciE "mismatch|fail" $OUT/dsa-tes
 timeout 60 build/tests/test_cuda_graph > $OUT/graph-test.log 2>&1
 echo "test_cuda_graph rc=$?"; tail -n2 $OUT/graph-test.log
 el
-for tc in "1 100000" "4 100000" "16 100000" "1 2100" "110 2112" "64 4096"; do
-  timeout 40 build/tests/test_cuda_vs_cpu dsa-time $tc 2>&1 | grep "dsa_select time"
+for tc in "1 100000" "16 100000" "64 30000" "110 2112" "4 100000" "1 2100"; do
+  for f in lanes mma; do
+    NB_TEST_DSA_FORM=$f timeout 40 build/tests/test_cuda_vs_cpu dsa-time $tc 2>&1 | grep "dsa_select time" | cut -c1-240
+  done
 done
 el
 M=synthetic:glm5:num_hidden_layers=8
-for v in "new" "old NIBBLE_CUDA_DSA=warp NIBBLE_CUDA_DSA_SPLIT=0"; do
+for v in "lanes" "mma NIBBLE_CUDA_DSA=mma" "old NIBBLE_CUDA_DSA=warp NIBBLE_CUDA_DSA_SPLIT=0"; do
   set -- $v; name=$1; shift
   env "$@" timeout 45 build/nibble bench-offline --backend cuda --model $M \
     --num-prompts 256 --input-len 2048 --output-len 64 --warmup 1 --max-running-requests 256 > $OUT/off256-$name.log 2>&1

@@ -696,7 +696,7 @@ static double dsa_score(const float *q, const float *w, int nh, int hd, float sm
  * each position on its own pool row (random order). */
 typedef struct dsa_spec {
     int topk, nh;  /* nh 0: 32 */
-    int form;      /* scoring form (nb_cuda_dsa_force_form) */
+    int form;      /* scoring form (nb_cuda_dsa_force_form: 0 warp, 1 lanes, 2 mma) */
     int unaligned; /* key rows at a 4-byte offset with an odd stride (lanes falls back to warp) */
     int split;     /* nb_cuda_dsa_force_split: 0 one block per token; 1 automatic; G >= 2 G splits.
                       Not 0: also checked id for id against the unsplit op on the GPU */
@@ -823,6 +823,9 @@ static void dsa_case(dsa_spec c)
     nb_cuda_dsa_force_split(c.split);
     NB_CHECK_OK(nb_op_dsa_select(tu_gpu, &dq, &dw, sm, &dk, &dix, topk, dsp, dsc));
     G = nb_cuda_dsa_last_splits();
+    /* the form that ran: the one asked for, or the next that takes the shape */
+    const int want = c.unaligned ? 0 : c.form, ran = nb_cuda_dsa_last_form();
+    NB_CHECK_MSG(ran == want, "form %d asked, %d expected, %d ran", c.form, want, ran);
     nb_cuda_dsa_force_split(-1);
     nb_cuda_dsa_force_form(-1);
     NB_CHECK_MSG(c.split == 1 ? G >= 2 : G == (c.split ? c.split : 1), "split %d ran with G = %d", c.split, G);
@@ -869,7 +872,7 @@ static void dsa_case(dsa_spec c)
     char split[48] = "one block per token";
     if (c.split) snprintf(split, sizeof split, "%d splits (%d ids unlike unsplit)", G, split_diff);
     fprintf(stderr, "    dsa_select topk %d, %d heads, %s form%s%s%s, tokens new@past %s, %s: %d mismatches, %d near-ties "
-            "(worst gap %.2g)%s\n", topk, nh, c.form ? "lanes" : "warp", c.unaligned ? " (unaligned rows)" : "",
+            "(worst gap %.2g)%s\n", topk, nh, c.form == 2 ? "mma" : c.form ? "lanes" : "warp", c.unaligned ? " (unaligned rows)" : "",
             c.zeros ? ", zero ties" : "", c.outside ? ", rows outside" : "", tok, split, mism, ties, worst_gap,
             mism || split_diff ? "  <-- FAIL" : "");
     NB_CHECK(mism == 0 && split_diff == 0);
@@ -884,7 +887,7 @@ static void test_dsa_select(void)
 {
     tu_seed(15);
     static const int gs[] = {2, 3, 7, 128};
-    for (int form = 0; form < 2; form++) {
+    for (int form = 0; form < 3; form++) { /* warp, lanes, mma */
         /* one block per token; 4 tokens at positions 0..3 besides the long one */
         DSA(.topk = 64, .form = form, .fresh = {4, 1}, .past = {0, 300});
         DSA(.topk = 512, .form = form, .fresh = {4, 1}, .past = {0, 100});   /* fewer positions than topk: all of them, sorted */
@@ -1042,16 +1045,17 @@ static const nb_test tests[] = {
 };
 
 /* `test_cuda_vs_cpu dsa-time T CTX [G]`: dsa_select at GLM-5's shape (32 heads x 128, topk 2048)
- * for T tokens at position CTX - 1 over one shared context of CTX rows, the lanes form: one
- * block per token; split in G blocks per token (automatic without G; "G=1" in the line: the
+ * for T tokens at position CTX - 1 over one shared context of CTX rows, in one scoring form
+ * (lanes, or NB_TEST_DSA_FORM=warp|mma): one block per token; split in G blocks per token (automatic without G; "G=1" in the line: the
  * automatic count did not split) with the merge's every digit over the global candidates
  * (room 0), with the automatic room, and the part kernel alone (no merge). A B C D A B C D, each
  * the mean of 20 launches after 3 (a timing, not a check: the dsa_select test compares every
- * variant with the CPU op). NB_TEST_DSA_WARP=1 times the warp form instead. */
+ * variant with the CPU op). */
 static int dsa_time(int T, int ctx, int G)
 {
     const int nh = 32, hd = 128, topk = 2048, rw = hd + 4;
-    const int form = getenv("NB_TEST_DSA_WARP") && atoi(getenv("NB_TEST_DSA_WARP")) ? 0 : 1;
+    const char *fe = getenv("NB_TEST_DSA_FORM");
+    const int form = fe && !strcmp(fe, "warp") ? 0 : fe && !strcmp(fe, "mma") ? 2 : 1;
     float *pool = malloc((size_t)ctx * rw * 4), *q = malloc((size_t)T * nh * hd * 4), *w = malloc((size_t)T * nh * 4);
     int32_t *pos = malloc((size_t)T * 4), *base = calloc((size_t)T, 4), *tab = malloc((size_t)ctx * 4);
     tu_fill(pool, (size_t)ctx * rw, 1.0f);
@@ -1091,7 +1095,7 @@ static int dsa_time(int T, int ctx, int G)
     fprintf(stderr,
             "dsa_select time T=%d ctx %d (32 x 128, topk 2048, %s form): one block per token %.3f / %.3f ms; split G=%d: "
             "merge room 0 %.3f / %.3f ms, automatic %.3f / %.3f ms, part alone %.3f / %.3f ms\n",
-            T, ctx, form ? "lanes" : "warp", ms[0][0], ms[0][1], used, ms[1][0], ms[1][1], ms[2][0], ms[2][1], ms[3][0],
+            T, ctx, form == 2 ? "mma" : form ? "lanes" : "warp", ms[0][0], ms[0][1], used, ms[1][0], ms[1][1], ms[2][0], ms[2][1], ms[3][0],
             ms[3][1]);
     free(pool), free(q), free(w), free(pos), free(base), free(tab);
     tu_free_all();

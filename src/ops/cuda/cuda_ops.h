@@ -100,9 +100,10 @@ nb_status nb_cuda_mla_attention(nb_ops_ctx *ctx, nb_mla_mode mode, const nb_mla_
 nb_status nb_cuda_dsa_select(nb_ops_ctx *ctx, const nb_tensor *q, const nb_tensor *w, float softmax_scale,
                              const nb_tensor *key_pool, const nb_attn_index *idx, int topk, int32_t *sel_pos,
                              int32_t *sel_count);
-/* Tests and timings: dsa_select's scoring form (dsa.cu): 1 a lane per position (where the rows
- * are 16-byte aligned and there are 32 or 64 heads; else the warp form), 0 a warp per position;
- * anything else: back to NIBBLE_CUDA_DSA=lanes|warp (default lanes where it applies: ~9x the warp
+/* Tests and timings: dsa_select's scoring form (dsa.cu): 2 mma (tensor cores in TF32 split
+ * three ways; head dim 128, else as 1), 1 a lane per position (where the rows are 16-byte
+ * aligned and there are 32 or 64 heads; else the warp form), 0 a warp per position; anything
+ * else: back to NIBBLE_CUDA_DSA=mma|lanes|warp (default lanes where it applies: ~9x the warp
  * form on an H200, docs/cuda-backend.md). */
 void nb_cuda_dsa_force_form(int form);
 /* Tests and timings: dsa_select's split form (dsa.cu: G blocks per token score ranges of the
@@ -113,6 +114,8 @@ void nb_cuda_dsa_force_form(int form);
 void nb_cuda_dsa_force_split(int split);
 /* The splits per token of the last nb_cuda_dsa_select call (1: one block per token). */
 int nb_cuda_dsa_last_splits(void);
+/* The scoring form the last nb_cuda_dsa_select call ran: 2 mma, 1 lanes, 0 warp. */
+int nb_cuda_dsa_last_form(void);
 /* Tests and timings: the split merge's shared-memory room for the first radix digit's bin, in
  * keys (dsa.cu k_dsa_merge): 0 runs every digit over the candidates in global memory; a small
  * count forces that fallback where the bin is larger; -1 restores the automatic room (up to

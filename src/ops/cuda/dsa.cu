@@ -23,6 +23,9 @@
 //     position. It streams its key row in float4s and
 //     keeps one accumulator per head; the queries come from shared memory by broadcast loads.
 //     About 160 instructions per position at GLM-5's 32 x 128, and no shuffles.
+//   mma (NIBBLE_CUDA_DSA=mma; lanes' conditions and head dim 128): tensor cores. A warp scores
+//     16 positions by mma.sync m16n8k8 in TF32 with both operands split in two (hi + lo, three
+//     products): about float32's accuracy at a fifth of the lanes form's instructions.
 //   warp (any shape; NIBBLE_CUDA_DSA=warp forces it): a warp scores one position, one head at a
 //     time, each head's dot product summed across the warp by shuffles (the shuffle unit bounds
 //     it: ~190 shuffles and ~550 instructions per position at 32 x 128).
@@ -96,7 +99,7 @@ __device__ __forceinline__ int64_t dsa_row(const int32_t *slots, int p, int64_t 
 template <int NH>
 __device__ __forceinline__ float dsa_score_lane(const float *qs, const float *wsh, float sm, const float4 *kr, int hd4)
 {
-    float acc[NH > 0 ? NH : 1]; /* NH 0 (the warp form) never calls this */
+    float acc[NH > 0 ? NH : 1]; /* NH <= 0 (the warp and mma forms) never calls this */
 #pragma unroll
     for (int h = 0; h < NH; h++) acc[h] = 0.0f;
 #pragma unroll 2
@@ -117,21 +120,136 @@ __device__ __forceinline__ float dsa_score_lane(const float *qs, const float *ws
     return total;
 }
 
-// Token i's queries [nh * hd] and weights [nh] into shared memory (no barrier).
+// TF32 (the float with its low 13 mantissa bits rounded off) and the rest, also TF32: hi + lo
+// carries ~21 significant bits.
+__device__ __forceinline__ void dsa_tf32_split(float x, uint32_t *hi, uint32_t *lo)
+{
+    uint32_t h, l;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(h) : "f"(x));
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(l) : "f"(x - __uint_as_float(h)));
+    *hi = h, *lo = l;
+}
+
+// Floats of shared memory the query takes: the mma form keeps it split, in fragment order.
+__host__ __device__ __forceinline__ int dsa_query_floats(int mma, int nh, int hd) { return (mma ? 2 : 1) * nh * hd; }
+
+// Token i's queries and weights [nh] into shared memory (no barrier). NH >= 0: [nh * hd] as they
+// are. NH < 0 (the mma form, hd 128): the B fragments of mma.m16n8k8 per k-step s (16) and head
+// tile nt (nh / 8): lane (g, t) = (lane / 4, lane % 4) holds head 8 nt + g at dims 32 t + 2 s and
+// + 1 (the k order is permuted alike for keys and queries: lane t's key dims are contiguous),
+// as {hi, hi, lo, lo}.
+template <int NH>
 __device__ __forceinline__ void dsa_load_query(float *qs, float *wsh, const dsa_args &a, int i)
 {
-    for (int e = threadIdx.x; e < a.nh * a.hd; e += blockDim.x)
-        qs[e] = a.q[(int64_t)i * a.qs0 + (int64_t)(e / a.hd) * a.qs1 + e % a.hd];
+    if (NH < 0) {
+        const int NT = (NH < 0 ? -NH : 8) / 8;
+        for (int e = threadIdx.x; e < 16 * NT * 32; e += blockDim.x) {
+            const int l = e & 31, nt = (e >> 5) % NT, st = (e >> 5) / NT;
+            const float *qh = a.q + (int64_t)i * a.qs0 + (int64_t)(8 * nt + (l >> 2)) * a.qs1 + 32 * (l & 3) + 2 * st;
+            uint32_t h0, l0, h1, l1;
+            dsa_tf32_split(qh[0], &h0, &l0);
+            dsa_tf32_split(qh[1], &h1, &l1);
+            ((uint4 *)qs)[e] = make_uint4(h0, h1, l0, l1);
+        }
+    } else {
+        for (int e = threadIdx.x; e < a.nh * a.hd; e += blockDim.x)
+            qs[e] = a.q[(int64_t)i * a.qs0 + (int64_t)(e / a.hd) * a.qs1 + e % a.hd];
+    }
     for (int e = threadIdx.x; e < a.nh; e += blockDim.x) wsh[e] = a.w[(int64_t)i * a.ws0 + e];
 }
 
+__device__ __forceinline__ void dsa_mma_tf32(float *c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                             uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// The mma form's scores: a warp takes 16 positions at a time, the key rows as the A operand
+// (rows g and g + 8 of the tile per lane, dims 32 t .. 32 t + 31: eight 16-byte loads each) and
+// the query heads as B, in TF32 split three ways (lo.hi + hi.lo + hi.hi: about float32 accuracy).
+// A lane ends with heads 8 nt + 2 t and + 1 of positions g and g + 8; relu, scale, the head
+// weights, and two shuffles over t give the totals. out[j] for j < m as dsa_score_keys.
+template <int NH>
+__device__ __forceinline__ void dsa_score_mma(unsigned long long *out, int m, int p0, int end, const dsa_args &a,
+                                              const int32_t *slots, const float *qs, const float *wsh)
+{
+    constexpr int NT = (NH < 0 ? -NH : 8) / 8;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const uint4 *qf = (const uint4 *)qs;
+    for (int j0 = (threadIdx.x >> 5) * 16; j0 < m; j0 += NB_DSA_WARPS * 16) {
+        const int ja = j0 + g, jb = ja + 8;
+        const int64_t ra = ja < m && p0 + ja < end ? dsa_row(slots, p0 + ja, a.pool_rows) : -1;
+        const int64_t rb = jb < m && p0 + jb < end ? dsa_row(slots, p0 + jb, a.pool_rows) : -1;
+        const float4 *ka = (const float4 *)(a.key + (ra < 0 ? 0 : ra) * a.ks0) + 8 * t;
+        const float4 *kb = (const float4 *)(a.key + (rb < 0 ? 0 : rb) * a.ks0) + 8 * t;
+        float acc[NT][4];
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            float va[16], vb[16];
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const float4 x = ra >= 0 ? __ldg(ka + 4 * half + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+                const float4 y = rb >= 0 ? __ldg(kb + 4 * half + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+                va[4 * c] = x.x, va[4 * c + 1] = x.y, va[4 * c + 2] = x.z, va[4 * c + 3] = x.w;
+                vb[4 * c] = y.x, vb[4 * c + 1] = y.y, vb[4 * c + 2] = y.z, vb[4 * c + 3] = y.w;
+            }
+#pragma unroll
+            for (int s2 = 0; s2 < 8; s2++) {
+                /* a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4): dims 2 s and 2 s + 1 */
+                uint32_t h0, h1, h2, h3, l0, l1, l2, l3;
+                dsa_tf32_split(va[2 * s2], &h0, &l0);
+                dsa_tf32_split(vb[2 * s2], &h1, &l1);
+                dsa_tf32_split(va[2 * s2 + 1], &h2, &l2);
+                dsa_tf32_split(vb[2 * s2 + 1], &h3, &l3);
+                uint4 b[NT];
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) b[nt] = qf[((8 * half + s2) * NT + nt) * 32 + lane];
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) dsa_mma_tf32(acc[nt], l0, l1, l2, l3, b[nt].x, b[nt].y);
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) dsa_mma_tf32(acc[nt], h0, h1, h2, h3, b[nt].z, b[nt].w);
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) dsa_mma_tf32(acc[nt], h0, h1, h2, h3, b[nt].x, b[nt].y);
+            }
+        }
+        float ta = 0.0f, tb = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float wh = wsh[8 * nt + 2 * t + e];
+                const float da = acc[nt][e] * a.sm, db = acc[nt][2 + e] * a.sm;
+                if (da > 0) ta += da * wh;
+                if (db > 0) tb += db * wh;
+            }
+        ta += __shfl_xor_sync(0xffffffffu, ta, 1);
+        tb += __shfl_xor_sync(0xffffffffu, tb, 1);
+        ta += __shfl_xor_sync(0xffffffffu, ta, 2);
+        tb += __shfl_xor_sync(0xffffffffu, tb, 2);
+        if (t == 0) {
+            if (ja < m) out[ja] = ra < 0 ? ~0ull : dsa_key(ta, p0 + ja);
+            if (jb < m) out[jb] = rb < 0 ? ~0ull : dsa_key(tb, p0 + jb);
+        }
+    }
+}
+
 // out[j] = the key of position p0 + j for j < m: ~0 at or past `end` and for rows outside the
-// pool. NH > 0: a lane per position (dsa_score_lane); NH == 0: a warp per position. The one
+// pool. NH > 0: a lane per position (dsa_score_lane); NH == 0: a warp per position; NH < 0: the
+// mma form (dsa_score_mma). The one
 // scoring code of both kernels, so their scores agree bit for bit. No barrier.
 template <int NH>
 __device__ __forceinline__ void dsa_score_keys(unsigned long long *out, int m, int p0, int end, const dsa_args &a,
                                                const int32_t *slots, const float *qs, const float *wsh)
 {
+    if (NH < 0) {
+        dsa_score_mma<NH>(out, m, p0, end, a, slots, qs, wsh);
+        return;
+    }
     if (NH > 0) {
         for (int j = threadIdx.x; j < m; j += blockDim.x) {
             const int p = p0 + j;
@@ -236,12 +354,13 @@ __device__ __forceinline__ int dsa_block_scan(int v, int *wsum, int *total)
     return r;
 }
 
-// NH > 0: the lanes form for NH heads; NH == 0: the warp form. One block per token.
+// NH > 0: the lanes form for NH heads; NH == 0: the warp form; NH < 0: the mma form for -NH
+// heads. One block per token.
 template <int NH>
 __global__ void __launch_bounds__(32 * NB_DSA_WARPS) k_dsa(const __grid_constant__ dsa_args a)
 {
     extern __shared__ unsigned long long cand[]; /* [S], then q [nh * hd] and w [nh] floats */
-    float *qs = (float *)(cand + a.S), *wsh = qs + a.nh * a.hd;
+    float *qs = (float *)(cand + a.S), *wsh = qs + dsa_query_floats(NH < 0, a.nh, a.hd);
     const nb_attn_index idx = a.idx;
     int32_t *sel_pos = a.sel_pos, *sel_count = a.sel_count;
     const int i = blockIdx.x, topk = a.topk;
@@ -249,7 +368,7 @@ __global__ void __launch_bounds__(32 * NB_DSA_WARPS) k_dsa(const __grid_constant
         dsa_write_all(a, i, idx.pos[i] + 1);
         return;
     }
-    dsa_load_query(qs, wsh, a, i);
+    dsa_load_query<NH>(qs, wsh, a, i);
     const int n = idx.pos[i] + 1;
     dsa_best<NH>(cand, 0, n, a, idx.slot_table + idx.slot_base[i], qs, wsh);
     for (int t = threadIdx.x; t < topk; t += blockDim.x) {
@@ -286,8 +405,8 @@ __global__ void __launch_bounds__(32 * NB_DSA_WARPS)
         if (threadIdx.x == 0) *cnt = 0;
         return;
     }
-    float *qs = (float *)(cand + a.S), *wsh = qs + a.nh * a.hd;
-    dsa_load_query(qs, wsh, a, i);
+    float *qs = (float *)(cand + a.S), *wsh = qs + dsa_query_floats(NH < 0, a.nh, a.hd);
+    dsa_load_query<NH>(qs, wsh, a, i);
     if (threadIdx.x == 0) kept = 0;
     dsa_best<NH>(cand, b, e, a, idx.slot_table + idx.slot_base[i], qs, wsh);
     unsigned long long *out = cand_g + ((int64_t)i * G + s) * topk;
@@ -457,24 +576,30 @@ __global__ void __launch_bounds__(NB_DSA_MERGE_THREADS)
 static int g_form = -1;  /* nb_cuda_dsa_force_form; -1: NIBBLE_CUDA_DSA, else automatic */
 static int g_split = -1; /* nb_cuda_dsa_force_split; -1: NIBBLE_CUDA_DSA_SPLIT */
 static int g_last_splits = 1;
+static int g_last_form = 0;
 static int g_merge_cap = -1; /* nb_cuda_dsa_force_merge_cap; -1: automatic, -2: no merge (timing) */
 
-extern "C" void nb_cuda_dsa_force_form(int form) { g_form = form == 0 || form == 1 ? form : -1; }
+extern "C" void nb_cuda_dsa_force_form(int form) { g_form = form >= 0 && form <= 2 ? form : -1; }
 extern "C" void nb_cuda_dsa_force_split(int split) { g_split = split >= 0 ? split : -1; }
 extern "C" int nb_cuda_dsa_last_splits(void) { return g_last_splits; }
+extern "C" int nb_cuda_dsa_last_form(void) { return g_last_form; }
 extern "C" void nb_cuda_dsa_force_merge_cap(int keys) { g_merge_cap = keys >= -2 ? keys : -1; }
 
-// 1: the lanes form, 0: the warp form (forced, else NIBBLE_CUDA_DSA=warp|lanes, else
-// NB_CUDA_DSA_LANES_DEFAULT: lanes, ~9x the warp form one block per token on an H200,
-// docs/cuda-backend.md). The warp form stays for shapes the lanes form does not take.
-#define NB_CUDA_DSA_LANES_DEFAULT 1
-static int dsa_lanes(void)
+// The preferred scoring form: 2 mma, 1 lanes, 0 warp (forced, else NIBBLE_CUDA_DSA=warp|lanes|mma,
+// else NB_CUDA_DSA_DEFAULT_FORM: lanes, ~9x the warp form one block per token on an H200,
+// docs/cuda-backend.md). A form falls back to the next where the shape does not take it: mma
+// needs lanes' conditions and a head dim of 128; the warp form takes any shape.
+#define NB_CUDA_DSA_DEFAULT_FORM 1
+static int dsa_form(void)
 {
     if (g_form >= 0) return g_form;
     static int env = -1; /* a benign race reads the same value */
     if (env < 0) {
         const char *e = getenv("NIBBLE_CUDA_DSA");
-        env = e && !strcmp(e, "warp") ? 0 : e && !strcmp(e, "lanes") ? 1 : NB_CUDA_DSA_LANES_DEFAULT;
+        env = e && !strcmp(e, "warp")    ? 0
+              : e && !strcmp(e, "lanes") ? 1
+              : e && !strcmp(e, "mma")   ? 2
+                                         : NB_CUDA_DSA_DEFAULT_FORM;
     }
     return env;
 }
@@ -535,20 +660,27 @@ extern "C" nb_status nb_cuda_dsa_select(nb_ops_ctx *ctx, const nb_tensor *q, con
     const int64_t T = q->shape[0];
     const int nh = (int)q->shape[1], hd = (int)q->shape[2];
     if (hd > 32 * NB_DSA_MAXD) return nb_error(NB_ERR_UNSUPPORTED, "dsa_select: head dim %d above %d", hd, 32 * NB_DSA_MAXD);
+    /* lanes: float4 rows (16-byte aligned base and stride) and 32 or 64 heads; mma: also hd 128 */
+    const int aligned = (uintptr_t)key_pool->data % 16 == 0 && key_pool->stride[0] % 4 == 0 && hd % 4 == 0;
+    const int want = dsa_form(), lanes = aligned && (nh == 32 || nh == 64) ? want : 0;
+    const int mma = lanes == 2 && hd == 128;
     int S = 1024;
     while (S < 2 * topk) S <<= 1;
-    size_t smem = (size_t)S * 8 + ((size_t)nh * hd + nh) * sizeof(float);
+    size_t smem = (size_t)S * 8 + ((size_t)dsa_query_floats(mma, nh, hd) + nh) * sizeof(float);
     int dev = nb_cuda_st(ctx)->device, max_smem = 0;
     cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
     if (smem > (size_t)max_smem)
         return nb_error(NB_ERR_UNSUPPORTED, "dsa_select: index_topk %d with %d heads x %d needs %zu bytes of shared memory (%d)",
                         topk, nh, hd, smem, max_smem);
     if (T == 0) return NB_OK;
-    /* the lanes form: float4 rows (16-byte aligned base and stride) and 32 or 64 heads */
-    const int aligned = (uintptr_t)key_pool->data % 16 == 0 && key_pool->stride[0] % 4 == 0 && hd % 4 == 0;
-    const int lanes = dsa_lanes() && aligned && (nh == 32 || nh == 64) ? nh : 0;
-    dsa_kernel kern = lanes == 32 ? k_dsa<32> : lanes == 64 ? k_dsa<64> : k_dsa<0>;
-    dsa_part_kernel part = lanes == 32 ? k_dsa_part<32> : lanes == 64 ? k_dsa_part<64> : k_dsa_part<0>;
+    const int fh = mma ? -nh : lanes ? nh : 0; /* the kernels' NH */
+    dsa_kernel kern = fh == 32 ? k_dsa<32> : fh == 64 ? k_dsa<64> : fh == -32 ? k_dsa<-32> : fh == -64 ? k_dsa<-64> : k_dsa<0>;
+    dsa_part_kernel part = fh == 32    ? k_dsa_part<32>
+                           : fh == 64  ? k_dsa_part<64>
+                           : fh == -32 ? k_dsa_part<-32>
+                           : fh == -64 ? k_dsa_part<-64>
+                                       : k_dsa_part<0>;
+    g_last_form = fh < 0 ? 2 : fh > 0 ? 1 : 0;
     const dsa_args a = {(const float *)q->data, (const float *)w->data, (const float *)key_pool->data,
                         q->stride[0], q->stride[1], w->stride[0], key_pool->stride[0], key_pool->shape[0],
                         softmax_scale, nh, hd, topk, S, *idx, sel_pos, sel_count};
