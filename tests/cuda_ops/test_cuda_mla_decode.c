@@ -17,6 +17,8 @@
  *       a BF16 pool of the same values (--kv-cache-dtype bf16) beside the F32 pool, A B A B
  *       (its outputs checked against mma on the F32 pool first); NB_TEST_MLA_ROWS16=only: that
  *       line alone, none of the other timings.
+ *   test_cuda_mla_decode pick CTX B1,B2,..  the op on a BF16 pool with the f32, mma and wg kernels
+ *       forced, A B C A B C, beside the automatic choice.
  *   The correctness run also repeats the kernels' cases on BF16 pools (dec forced falls back
  *   to mma there, wg on unaligned rows too), against the CPU op on the same values in F32.
  * GPU only (exit 77 without one). */
@@ -527,11 +529,35 @@ static void time_batch(int B, int ctx)
     batch_free(&b);
 }
 
+/* `pick CTX B1,..`: the op on a BF16 pool (the default cache) with each kernel forced (f32, mma,
+ * wg; graph replay, A B C A B C) beside the automatic choice: where the automatic switch from
+ * the float32 kernel to the tensor-core ones belongs at this context. */
+static void time_pick(int B, int ctx)
+{
+    dec_batch b;
+    batch_make(&b, B, ctx);
+    if (!b.dl16.data) {
+        batch_free(&b);
+        return;
+    }
+    const int iters = (int64_t)B * ctx >= 256000 ? 20 : 50;
+    static const int ks[3] = {NB_CUDA_MLA_F32, NB_CUDA_MLA_MMA, NB_CUDA_MLA_WG};
+    double t[2][3];
+    b.use16 = 1;
+    for (int rep = 0; rep < 2; rep++)
+        for (int k = 0; k < 3; k++) t[rep][k] = graph_ms(&b, ks[k], 0, iters);
+    b.use16 = 0;
+    fprintf(stderr, "    mla pick B=%-5d ctx %-5d BF16 rows, op (graph): f32 %.3f / %.3f  mma %.3f / %.3f  wg %.3f / %.3f ms;  auto=%s\n",
+            B, ctx, t[0][0], t[1][0], t[0][1], t[1][1], t[0][2], t[1][2], kname(nb_cuda_mla_kernel_pool(tu_gpu, &b.d, B, 1)));
+    batch_free(&b);
+}
+
 int main(int argc, char **argv)
 {
     if (!nb_cuda_test_require_gpu()) return 77;
     if (!tu_open()) return 1;
-    if (argc > 1 && !strcmp(argv[1], "time")) {
+    if (argc > 1 && (!strcmp(argv[1], "time") || !strcmp(argv[1], "pick"))) {
+        const int pick = !strcmp(argv[1], "pick");
         const int ctx = argc > 2 ? atoi(argv[2]) : 256;
         const char *list = argc > 3 ? argv[3] : "64,256,1000";
         if (ctx < 64 || ctx % 64) {
@@ -540,7 +566,8 @@ int main(int argc, char **argv)
         }
         for (const char *p = list; *p;) {
             const int B = atoi(p);
-            if (B > 0) time_batch(B, ctx);
+            if (B > 0 && pick) time_pick(B, ctx);
+            else if (B > 0) time_batch(B, ctx);
             p = strchr(p, ',');
             if (!p) break;
             p++;
