@@ -57,13 +57,15 @@ static int g_pool16; /* dec_case: the GPU reads a BF16 pool (the CPU the same va
 
 /* One op call on both backends with kernel kern (dec or wg) forced. batch 0: three single-token
  * sequences at positions 0, 37, 300 (splits); 1: 141 tokens of three sequences (no splits on
- * 132 SMs for 64 heads). fmt: BF16 (hi/lo output) or F32 (F32 output) kv_b. */
+ * 132 SMs for 64 heads); 2: two single-token sequences at 37 and 300 (the small path's
+ * absorption kernels, mla.h: F32 q_lat and outputs). fmt: BF16 (hi/lo output) or F32 (F32
+ * output) kv_b. */
 static void dec_case(nb_mla_dims d, int batch, int sparse, nb_wfmt fmt, int aligned, int kern)
 {
     const int rows = 1000, rw = d.kv_lora_rank + d.qk_rope + (aligned ? 8 : 7), qk = d.qk_nope + d.qk_rope;
-    int n_new[2][3] = {{1, 1, 1}, {100, 40, 1}}, n_past[2][3] = {{0, 37, 300}, {0, 60, 700}};
+    int n_new[3][3] = {{1, 1, 1}, {100, 40, 1}, {1, 1}}, n_past[3][3] = {{0, 37, 300}, {0, 60, 700}, {37, 300}};
     tu_index ix;
-    tu_index_make(&ix, 3, n_new[batch], n_past[batch], rows);
+    tu_index_make(&ix, batch == 2 ? 2 : 3, n_new[batch], n_past[batch], rows);
     const int T = ix.T;
     tu_weight kvb;
     tu_weight_make(&kvb, fmt, (int64_t)d.n_heads * (d.qk_nope + d.v_dim), d.kv_lora_rank, 0.05f, 0);
@@ -155,6 +157,7 @@ static void dec_cases16(int only_wg)
             dec_case(h80w, 0, sparse, NB_WFMT_BF16, 1, kk);
             dec_case(h16, 1, sparse, NB_WFMT_F32, 1, kk);
             dec_case(tiny, 0, sparse, NB_WFMT_BF16, 0, kk);
+            dec_case(glm5, 2, sparse, NB_WFMT_BF16, 1, kk); /* 2 tokens: the small path */
         }
         dec_case(glm5, 1, 0, NB_WFMT_F32, 0, kk); /* odd rows: wg runs mma */
         dec_case(glm5, 0, 1, NB_WFMT_BF16, 0, kk);
@@ -585,6 +588,7 @@ int main(int argc, char **argv)
             for (int sparse = 0; sparse < 2; sparse++) {
                 dec_case(glm5, 0, sparse, NB_WFMT_BF16, 1, kk);
                 dec_case(glm5, 1, sparse, NB_WFMT_BF16, 1, kk);
+                dec_case(glm5, 2, sparse, NB_WFMT_BF16, 1, kk); /* 2 tokens: the small path */
                 dec_case(h16, 0, sparse, NB_WFMT_BF16, 1, kk);
                 dec_case(h16, 1, sparse, NB_WFMT_F32, 1, kk);
                 if (kk == NB_CUDA_MLA_WG) { /* two head groups, the second partial */

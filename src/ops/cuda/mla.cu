@@ -789,6 +789,11 @@ extern "C" int nb_cuda_mla_kernel(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_t
 
 extern "C" int nb_cuda_mla_kernel_pool(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_tokens, int pool_bf16)
 {
+    return nb_cuda_mla_kernel_for(ctx, d, n_tokens, pool_bf16, 0);
+}
+
+extern "C" int nb_cuda_mla_kernel_for(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_tokens, int pool_bf16, int sparse)
+{
     int max_smem = 0;
     cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, nb_cuda_st(ctx)->device);
     /* the 32-head tensor-core kernel's shapes: 32-column output tiles per warp quarter, <= 16
@@ -821,8 +826,18 @@ extern "C" int nb_cuda_mla_kernel_pool(nb_ops_ctx *ctx, const nb_mla_dims *d, in
      * the mma kernel at 64, 256 and 1000 tokens (contexts 256 and 2048), and the wgmma kernel
      * beat the decode kernel at 64, 256 and 1000 tokens (context 256; bench/RESULTS.md, fourth
      * session), so it runs where it takes the shapes. */
+    const int tc = wg_ok ? NB_CUDA_MLA_WG : dec_ok ? NB_CUDA_MLA_DEC : mma_ok ? NB_CUDA_MLA_MMA : NB_CUDA_MLA_F32;
+    /* BF16 pools (the GPU's default cache, twenty-second session, H100, GLM-5 shapes, the op as
+     * a graph): wg beat f32 at every batch of 2-64 tokens and context 128-2048 but 1-2 tokens
+     * at context 128-192 (27-33 us against 32-36) and 1 token at 512 (31 against 33); at context
+     * 2048 (a live DSA selection attends up to index_topk = 2048 positions) it is 1.6-7x faster
+     * (B 1: 38 against 61 us; B 32: 0.118 against 0.834 ms). So f32 keeps 1-2 tokens of dense
+     * attention, wg takes the rest; `sparse` is known when a graph is captured (cuda_runner.c
+     * keys graphs on the selection being live). */
+    if (pool_bf16 && tc == NB_CUDA_MLA_WG)
+        return !sparse && n_tokens <= NB_CUDA_MLA_F32_MAX_TOKENS ? NB_CUDA_MLA_F32 : NB_CUDA_MLA_WG;
     if ((int64_t)n_tokens * ((d->n_heads + MLA_G - 1) / MLA_G) < nb_cuda_st(ctx)->sm_count) return NB_CUDA_MLA_F32;
-    return wg_ok ? NB_CUDA_MLA_WG : dec_ok ? NB_CUDA_MLA_DEC : mma_ok ? NB_CUDA_MLA_MMA : NB_CUDA_MLA_F32;
+    return tc;
 }
 
 extern "C" int nb_cuda_mla_uses_mma(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_tokens)
@@ -899,7 +914,7 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
                     (!p16 || (r % 8 == 0 && rope % 8 == 0));
     /* a device whose opt-in shared memory is below the mma kernel's runs the float32 one; wg
      * on rows that are not 16-byte aligned runs dec (F32 rows) or mma (BF16 rows) */
-    int kern = nb_cuda_mla_kernel_pool(ctx, d, T, p16);
+    int kern = nb_cuda_mla_kernel_for(ctx, d, T, p16, sel != NULL);
     if (kern == NB_CUDA_MLA_WG && !vec) kern = p16 ? NB_CUDA_MLA_MMA : NB_CUDA_MLA_DEC;
     const int wg = kern == NB_CUDA_MLA_WG;
     const int dec = kern == NB_CUDA_MLA_DEC || wg; /* wg: the same grid (dec where rows are unaligned) */

@@ -145,6 +145,12 @@ int nb_cuda_mla_kernel(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_tokens);
  * 16-byte aligned (BF16: or rank / rope not multiples of 8) runs mma instead of wg inside the
  * op (F32: dec), which this does not see. */
 int nb_cuda_mla_kernel_pool(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_tokens, int pool_bf16);
+/* The same where the attention is sparse (a live DSA selection: up to index_topk positions per
+ * token) or not. Automatic on BF16 pools where the wgmma kernel takes the shapes: the float32
+ * kernel for dense steps of 1..NB_CUDA_MLA_F32_MAX_TOKENS tokens, wg otherwise (measured,
+ * mla.cu); on F32 pools the float32 kernel while tokens x head groups < SMs. */
+int nb_cuda_mla_kernel_for(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_tokens, int pool_bf16, int sparse);
+#define NB_CUDA_MLA_F32_MAX_TOKENS 2
 
 /* The small-batch path (mla_small.cu): at 1..NB_CUDA_MLA_SMALL_MAX tokens the two absorption
  * steps can be kernels of their own instead of the batched GEMMs: each reads kv_b once and uses
