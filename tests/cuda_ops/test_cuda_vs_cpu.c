@@ -8,6 +8,7 @@
 #include "cuda_test_util.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/device.h"
+#include "ops/cuda/graph.h"
 #include "ops/cuda/mla.h"
 
 #define F32 NB_DTYPE_F32
@@ -1049,8 +1050,8 @@ static const nb_test tests[] = {
  * (lanes, or NB_TEST_DSA_FORM=warp|mma): one block per token; split in G blocks per token (automatic without G; "G=1" in the line: the
  * automatic count did not split) with the merge's every digit over the global candidates
  * (room 0), with the automatic room, and the part kernel alone (no merge). A B C D A B C D, each
- * the mean of 20 launches after 3 (a timing, not a check: the dsa_select test compares every
- * variant with the CPU op). */
+ * the op captured as a graph, the mean of 20 replays after 3: device time, as a decode step
+ * runs it (a timing, not a check: the dsa_select test compares every variant with the CPU op). */
 static int dsa_time(int T, int ctx, int G)
 {
     const int nh = 32, hd = 128, topk = 2048, rw = hd + 4;
@@ -1078,15 +1079,22 @@ static int dsa_time(int T, int ctx, int G)
         for (int v = 0; v < 4; v++) {
             nb_cuda_dsa_force_split(v == 0 ? 0 : G >= 2 ? G : 1);
             nb_cuda_dsa_force_merge_cap(cap[v]);
+            /* once eagerly (scratch grows outside the capture), then as a graph: device time */
+            NB_ASSERT(nb_op_dsa_select(tu_gpu, &dq, &dw, 1.0f / sqrtf((float)hd), &dk, &ix, topk, sp, sc) == NB_OK);
+            nb_cuda_graph *g = NULL;
+            NB_ASSERT(nb_cuda_graph_begin(tu_gpu) == NB_OK);
+            const nb_status st = nb_op_dsa_select(tu_gpu, &dq, &dw, 1.0f / sqrtf((float)hd), &dk, &ix, topk, sp, sc);
+            NB_ASSERT(nb_cuda_graph_end(tu_gpu, st == NB_OK, &g) == NB_OK && st == NB_OK && g);
             for (int it = 0; it < 23; it++) {
                 if (it == 3) {
                     NB_ASSERT(nb_ops_sync(tu_gpu) == NB_OK);
                     ms[v][rep] = (double)nb_now_ns();
                 }
-                NB_ASSERT(nb_op_dsa_select(tu_gpu, &dq, &dw, 1.0f / sqrtf((float)hd), &dk, &ix, topk, sp, sc) == NB_OK);
+                NB_ASSERT(nb_cuda_graph_launch(tu_gpu, g) == NB_OK);
             }
             NB_ASSERT(nb_ops_sync(tu_gpu) == NB_OK);
             ms[v][rep] = ((double)nb_now_ns() - ms[v][rep]) / 1e6 / 20;
+            nb_cuda_graph_free(g);
             if (v >= 1) used = nb_cuda_dsa_last_splits();
         }
     nb_cuda_dsa_force_merge_cap(-1);

@@ -616,6 +616,23 @@ static int dsa_split_mode(void)
     return env;
 }
 
+// cudaFuncSetAttribute(MaxDynamicSharedMemorySize) only where a kernel needs more than it was
+// given on this device (the call costs host time at every op outside a graph).
+static cudaError_t dsa_smem_attr(const void *fn, int dev, size_t bytes)
+{
+    static struct {
+        const void *fn;
+        int dev;
+        size_t bytes;
+    } memo[16]; /* every instance of the three kernels; a race only repeats a call */
+    int i = 0;
+    while (i < 16 && memo[i].fn && !(memo[i].fn == fn && memo[i].dev == dev)) i++;
+    if (i < 16 && memo[i].fn && memo[i].bytes >= bytes) return cudaSuccess;
+    const cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+    if (e == cudaSuccess && i < 16) memo[i].fn = fn, memo[i].dev = dev, memo[i].bytes = bytes;
+    return e;
+}
+
 typedef void (*dsa_kernel)(dsa_args);
 typedef void (*dsa_part_kernel)(dsa_args, int, unsigned long long *, int *);
 
@@ -637,7 +654,7 @@ static int dsa_splits(nb_ops_ctx *ctx, int64_t T, dsa_part_kernel part, size_t s
         const int dev = nb_cuda_st(ctx)->device;
         if (memo.f != part || memo.smem != smem || memo.dev != dev) {
             int occ = 0;
-            if (cudaFuncSetAttribute(part, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess ||
+            if (dsa_smem_attr((const void *)part, dev, smem) != cudaSuccess ||
                 cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, part, 32 * NB_DSA_WARPS, smem) != cudaSuccess) {
                 cudaGetLastError();
                 occ = 0;
@@ -667,8 +684,13 @@ extern "C" nb_status nb_cuda_dsa_select(nb_ops_ctx *ctx, const nb_tensor *q, con
     int S = 1024;
     while (S < 2 * topk) S <<= 1;
     size_t smem = (size_t)S * 8 + ((size_t)dsa_query_floats(mma, nh, hd) + nh) * sizeof(float);
-    int dev = nb_cuda_st(ctx)->device, max_smem = 0;
-    cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    static int opt_in[16]; /* per device, 0: not asked yet (one word: a race asks again) */
+    const int dev = nb_cuda_st(ctx)->device;
+    int max_smem = dev >= 0 && dev < 16 ? opt_in[dev] : 0;
+    if (max_smem <= 0) {
+        cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+        if (dev >= 0 && dev < 16) opt_in[dev] = max_smem;
+    }
     if (smem > (size_t)max_smem)
         return nb_error(NB_ERR_UNSUPPORTED, "dsa_select: index_topk %d with %d heads x %d needs %zu bytes of shared memory (%d)",
                         topk, nh, hd, smem, max_smem);
@@ -688,7 +710,7 @@ extern "C" nb_status nb_cuda_dsa_select(nb_ops_ctx *ctx, const nb_tensor *q, con
     const int G = smem + 64 <= (size_t)max_smem ? dsa_splits(ctx, T, part, smem) : 1; /* + k_dsa_part's own */
     g_last_splits = G;
     if (G < 2) {
-        NB_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        NB_CUDA_TRY(dsa_smem_attr((const void *)kern, dev, smem));
         kern<<<(unsigned)T, 32 * NB_DSA_WARPS, smem, stream>>>(a);
         NB_CUDA_LAUNCHED("dsa_select");
         return NB_OK;
@@ -699,7 +721,7 @@ extern "C" nb_status nb_cuda_dsa_select(nb_ops_ctx *ctx, const nb_tensor *q, con
     if (!scr) return NB_ERR_OUT_OF_MEMORY; /* nb_cuda_scratch said why (no memory, or growth in a capture) */
     unsigned long long *cand = (unsigned long long *)scr;
     int *cnt = (int *)(scr + cbytes);
-    NB_CUDA_TRY(cudaFuncSetAttribute(part, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    NB_CUDA_TRY(dsa_smem_attr((const void *)part, dev, smem));
     part<<<dim3((unsigned)G, (unsigned)T), 32 * NB_DSA_WARPS, smem, stream>>>(a, G, cand, cnt);
     NB_CUDA_LAUNCHED("dsa_select (split)");
     if (g_merge_cap == -2) return NB_OK; /* timing the part kernel alone */
@@ -711,7 +733,7 @@ extern "C" nb_status nb_cuda_dsa_select(nb_ops_ctx *ctx, const nb_tensor *q, con
     const size_t msmem = (size_t)(P + wcap) * 8;
     if (msmem + NB_DSA_MERGE_OWN_SMEM > (size_t)max_smem)
         return nb_error(NB_ERR_INVALID_ARG, "dsa_select: merge capacity %lld keys does not fit shared memory", (long long)wcap);
-    NB_CUDA_TRY(cudaFuncSetAttribute(k_dsa_merge, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)msmem));
+    NB_CUDA_TRY(dsa_smem_attr((const void *)k_dsa_merge, dev, msmem));
     k_dsa_merge<<<(unsigned)T, NB_DSA_MERGE_THREADS, msmem, stream>>>(cand, cnt, G, idx->pos, topk, P, (int)wcap, sel_pos,
                                                                        sel_count);
     NB_CUDA_LAUNCHED("dsa_select (merge)");
