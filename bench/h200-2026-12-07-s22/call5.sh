@@ -1,6 +1,6 @@
 #!/bin/bash
 # Twenty-second session, call 5: Nsight Compute on dsa_select's merge kernel (T 1 at context
-# 100k and 2100, lanes form), to find where its ~150 / ~33 us go (dsa-time as a graph: the
+# 100k and 2100, lanes form, the automatic room: its 27th launch), to find where its ~150 / ~33 us go (dsa-time as a graph: the
 # merge costs that much on the device, and not in its passes over the global candidates).
 #   run(command="bash bench/h200-2026-12-07-s22/call5.sh", carry=[".devbin2.tar.xz", ".devlibs.tar.xz"], timeout_s=200)
 set -u
@@ -11,7 +11,7 @@ exec > >(tee $OUT/summary.txt) 2>&1
 nvidia-smi --query-gpu=name --format=csv,noheader
 for tc in "1 100000" "1 2100"; do
   set -- $tc
-  timeout 90 ncu --clock-control none -k regex:k_dsa_merge --launch-skip 2 --launch-count 1 \
+  timeout 90 ncu --clock-control none -k regex:k_dsa_merge --launch-skip 26 --launch-count 1 \
     --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
     --section SchedulerStats --section InstructionStats --section SourceCounters \
     -o $OUT/merge-$1-$2 build/tests/test_cuda_vs_cpu dsa-time $1 $2 > $OUT/ncu-run-$2.log 2>&1
