@@ -803,13 +803,16 @@ static void dsa_case(dsa_spec c)
         dsp = tu_poisoned(sel_bytes), dsc = tu_poisoned(T * 4);
         /* the merge's fallback (every radix digit over the global candidates) and a room of
          * 16 keys for the first digit's bin (the shared-memory path where it fits, else the
-         * fallback): the same ids */
-        static const int caps[] = {0, 16};
-        for (int ci = 0; ci < 2; ci++) {
+         * fallback), each with both histogram forms, and the automatic room with match.any
+         * (the main run below takes the default form): the same ids */
+        static const int caps[] = {0, 16, 0, 16, -1}, hist[] = {0, 0, 1, 1, 1};
+        for (int ci = 0; ci < 5; ci++) {
             nb_cuda_dsa_force_split(c.split);
             nb_cuda_dsa_force_merge_cap(caps[ci]);
+            nb_cuda_dsa_force_hist(hist[ci]);
             NB_CHECK_OK(nb_op_dsa_select(tu_gpu, &dq, &dw, sm, &dk, &dix, topk, dsp, dsc));
             nb_cuda_dsa_force_merge_cap(-1);
+            nb_cuda_dsa_force_hist(-1);
             NB_CHECK_OK(nb_ops_download(tu_gpu, sp2, dsp, sel_bytes));
             NB_CHECK_OK(nb_ops_download(tu_gpu, sc2, dsc, T * 4));
             int diff = 0;
@@ -817,7 +820,8 @@ static void dsa_case(dsa_spec c)
                 diff += sc1[i] != sc2[i];
                 for (int j = 0; j < sc1[i] && j < sc2[i]; j++) diff += sp1[i * topk + j] != sp2[i * topk + j];
             }
-            NB_CHECK_MSG(diff == 0, "merge room %d keys: %d ids or counts unlike unsplit", caps[ci], diff);
+            NB_CHECK_MSG(diff == 0, "merge room %d keys, %s histograms: %d ids or counts unlike unsplit", caps[ci],
+                         hist[ci] ? "match.any" : "atomic", diff);
             dsp = tu_poisoned(sel_bytes), dsc = tu_poisoned(T * 4);
         }
     }

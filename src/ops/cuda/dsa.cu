@@ -428,6 +428,7 @@ typedef struct dsa_pass {
     unsigned long long prefix, mask;
     int sh;
     unsigned dm;
+    int match; /* 1: warp-aggregated atomics (match.any, ballots), 0: one shared atomic per key */
     unsigned *hist;
     unsigned long long *sel, *w;
     int *nsel, *nw;
@@ -439,8 +440,15 @@ __device__ __forceinline__ void dsa_visit(int mode, unsigned long long k, bool o
     if (mode == NB_DSA_HIST) {
         const bool in = ok && m == p.prefix;
         const unsigned d = in ? (unsigned)(k >> p.sh) & p.dm : ~0u;
+        if (!p.match) {
+            if (in) atomicAdd(&p.hist[d], 1u);
+            return;
+        }
         const unsigned peers = __match_any_sync(0xffffffffu, d); /* one atomic per digit */
         if (in && (threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&p.hist[d], (unsigned)__popc(peers));
+    } else if (!p.match) { /* no warp collectives: a shared atomic per kept key */
+        if (ok && (mode == NB_DSA_GATHER ? m <= p.prefix : m < p.prefix)) p.sel[atomicAdd(p.nsel, 1)] = k;
+        if (ok && mode == NB_DSA_SPLIT && m == p.prefix) p.w[atomicAdd(p.nw, 1)] = k;
     } else if (mode == NB_DSA_GATHER) {
         dsa_append(p.sel, p.nsel, k, ok && m <= p.prefix);
     } else {
@@ -530,7 +538,7 @@ __device__ __forceinline__ bool dsa_digit(dsa_pass *p, int *top, int pb, int *ne
 // 0) every digit passes over the global candidates, and a last pass gathers the selection.
 __global__ void __launch_bounds__(NB_DSA_MERGE_THREADS)
     k_dsa_merge(const unsigned long long *cand_g, const int *cnt_g, int G, const int32_t *pos, int topk, int P,
-                int wcap, int32_t *sel_pos, int32_t *sel_count)
+                int wcap, int match, int32_t *sel_pos, int32_t *sel_count)
 {
     extern __shared__ unsigned long long sel[]; /* [P], then the bin's keys [wcap] */
     __shared__ unsigned hist[1 << NB_DSA_DIGIT];
@@ -543,7 +551,7 @@ __global__ void __launch_bounds__(NB_DSA_MERGE_THREADS)
     for (int s = threadIdx.x; s < G; s += blockDim.x) c += scnt[s] = cnt_g[(int64_t)i * G + s];
     if (threadIdx.x == 0) nsel = 0, nwk = 0;
     dsa_block_scan(c, wsum, &C); /* its barriers publish scnt, nsel and nwk */
-    dsa_pass p = {0, 0, 0, 0, hist, sel, wk, &nsel, &nwk};
+    dsa_pass p = {0, 0, 0, 0, match, hist, sel, wk, &nsel, &nwk};
     bool gathered = false;
     if (C > topk) {
         const int pb = 32 - __clz(n - 1);
@@ -578,12 +586,29 @@ static int g_split = -1; /* nb_cuda_dsa_force_split; -1: NIBBLE_CUDA_DSA_SPLIT *
 static int g_last_splits = 1;
 static int g_last_form = 0;
 static int g_merge_cap = -1; /* nb_cuda_dsa_force_merge_cap; -1: automatic, -2: no merge (timing) */
+static int g_hist = -1;      /* nb_cuda_dsa_force_hist; -1: NIBBLE_CUDA_DSA_HIST */
 
 extern "C" void nb_cuda_dsa_force_form(int form) { g_form = form >= 0 && form <= 2 ? form : -1; }
 extern "C" void nb_cuda_dsa_force_split(int split) { g_split = split >= 0 ? split : -1; }
 extern "C" int nb_cuda_dsa_last_splits(void) { return g_last_splits; }
 extern "C" int nb_cuda_dsa_last_form(void) { return g_last_form; }
 extern "C" void nb_cuda_dsa_force_merge_cap(int keys) { g_merge_cap = keys >= -2 ? keys : -1; }
+extern "C" void nb_cuda_dsa_force_hist(int match) { g_hist = match == 0 || match == 1 ? match : -1; }
+
+// The merge's passes: 1 warp-aggregated shared atomics (a histogram bin's by match.any, an
+// append's by a ballot), 0 one shared atomic per counted or kept key, no warp collective
+// (forced, else NIBBLE_CUDA_DSA_HIST=match|atomic, else NB_CUDA_DSA_HIST_MATCH_DEFAULT).
+#define NB_CUDA_DSA_HIST_MATCH_DEFAULT 0
+static int dsa_hist_match(void)
+{
+    if (g_hist >= 0) return g_hist;
+    static int env = -1; /* a benign race reads the same value */
+    if (env < 0) {
+        const char *e = getenv("NIBBLE_CUDA_DSA_HIST");
+        env = e && !strcmp(e, "match") ? 1 : e && !strcmp(e, "atomic") ? 0 : NB_CUDA_DSA_HIST_MATCH_DEFAULT;
+    }
+    return env;
+}
 
 // The preferred scoring form: 2 mma, 1 lanes, 0 warp (forced, else NIBBLE_CUDA_DSA=warp|lanes|mma,
 // else NB_CUDA_DSA_DEFAULT_FORM: lanes, ~9x the warp form one block per token on an H200,
@@ -734,8 +759,8 @@ extern "C" nb_status nb_cuda_dsa_select(nb_ops_ctx *ctx, const nb_tensor *q, con
     if (msmem + NB_DSA_MERGE_OWN_SMEM > (size_t)max_smem)
         return nb_error(NB_ERR_INVALID_ARG, "dsa_select: merge capacity %lld keys does not fit shared memory", (long long)wcap);
     NB_CUDA_TRY(dsa_smem_attr((const void *)k_dsa_merge, dev, msmem));
-    k_dsa_merge<<<(unsigned)T, NB_DSA_MERGE_THREADS, msmem, stream>>>(cand, cnt, G, idx->pos, topk, P, (int)wcap, sel_pos,
-                                                                       sel_count);
+    k_dsa_merge<<<(unsigned)T, NB_DSA_MERGE_THREADS, msmem, stream>>>(cand, cnt, G, idx->pos, topk, P, (int)wcap,
+                                                                       dsa_hist_match(), sel_pos, sel_count);
     NB_CUDA_LAUNCHED("dsa_select (merge)");
     return NB_OK;
 }
