@@ -121,8 +121,9 @@ int nb_cuda_dsa_last_form(void);
  * count forces that fallback where the bin is larger; -1 restores the automatic room (up to
  * 16384 keys); -2 (timing only) launches no merge, leaving the selection unwritten. */
 void nb_cuda_dsa_force_merge_cap(int keys);
-/* Tests and timings: the merge's histograms, 1 one shared atomic per distinct digit of a warp
- * (match.any), 0 one per key; anything else: back to NIBBLE_CUDA_DSA_HIST=match|atomic. */
+/* Tests and timings: the merge's passes, 1 warp-aggregated shared atomics (match.any per
+ * histogram digit, a ballot per append), 0 one shared atomic per counted or kept key (the
+ * default); anything else: back to NIBBLE_CUDA_DSA_HIST=match|atomic. */
 void nb_cuda_dsa_force_hist(int match);
 nb_status nb_cuda_moe_route(nb_ops_ctx *ctx, const nb_tensor *logits, const nb_router_params *p, nb_tensor *ids,
                             nb_tensor *weights);

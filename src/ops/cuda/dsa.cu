@@ -17,7 +17,7 @@
 //     gathers the keys at or below it and sorts them. Only the first digit passes over every
 //     candidate in global memory: the next pass sends the keys below its bin to the selection and
 //     those in it to shared memory, where the lower digits run.
-// Scoring, two forms:
+// Scoring, three forms:
 //   lanes (the default where it applies: 16-byte aligned key rows, head dim a multiple of 4,
 //     32 or 64 heads; ~9x the warp form on an H200, docs/cuda-backend.md): a lane scores one
 //     position. It streams its key row in float4s and
