@@ -2,6 +2,9 @@
 # Twenty-second session, call 5: Nsight Compute on dsa_select's merge kernel (T 1 at context
 # 100k and 2100, lanes form, the automatic room: its 27th launch), to find where its ~150 / ~33 us go (dsa-time as a graph: the
 # merge costs that much on the device, and not in its passes over the global candidates).
+# Not run in the twenty-second session (no budget left). Since call 6 the default merge has no
+# warp collectives (NIBBLE_CUDA_DSA_HIST=atomic): what is left to find is its ~30 us floor.
+#   tar -cf - build/tests/test_cuda_vs_cpu | xz -4 -T2 -c > .devbin2.tar.xz
 #   run(command="bash bench/h200-2026-12-07-s22/call5.sh", carry=[".devbin2.tar.xz", ".devlibs.tar.xz"], timeout_s=200)
 set -u
 tar -xJf .devlibs.tar.xz && rm -rf .devlibs-cuda && mv .devlibs .devlibs-cuda
