@@ -17,8 +17,9 @@
  *       a BF16 pool of the same values (--kv-cache-dtype bf16) beside the F32 pool, A B A B
  *       (its outputs checked against mma on the F32 pool first); NB_TEST_MLA_ROWS16=only: that
  *       line alone, none of the other timings.
- *   test_cuda_mla_decode pick CTX B1,B2,..  the op on a BF16 pool with the f32, mma and wg kernels
- *       forced, A B C A B C, beside the automatic choice.
+ *   test_cuda_mla_decode pick CTX B1,B2,..  the op on a BF16 pool (made whatever
+ *       NB_TEST_MLA_ROWS16 says) with the f32, mma and wg kernels forced, A B C A B C, beside the
+ *       automatic choice.
  *   The correctness run also repeats the kernels' cases on BF16 pools (dec forced falls back
  *   to mma there, wg on unaligned rows too), against the CPU op on the same values in F32.
  * GPU only (exit 77 without one). */
@@ -540,6 +541,8 @@ static void time_pick(int B, int ctx)
     dec_batch b;
     batch_make(&b, B, ctx);
     if (!b.dl16.data) {
+        fprintf(stderr, "    mla pick B=%d ctx %d: no BF16 pool was made (NB_TEST_MLA_ROWS16)\n", B, ctx);
+        NB_CHECK(b.dl16.data != NULL);
         batch_free(&b);
         return;
     }
@@ -561,6 +564,7 @@ int main(int argc, char **argv)
     if (!tu_open()) return 1;
     if (argc > 1 && (!strcmp(argv[1], "time") || !strcmp(argv[1], "pick"))) {
         const int pick = !strcmp(argv[1], "pick");
+        if (pick) setenv("NB_TEST_MLA_ROWS16", "1", 0); /* batch_make builds the BF16 pool pick times */
         const int ctx = argc > 2 ? atoi(argv[2]) : 256;
         const char *list = argc > 3 ? argv[3] : "64,256,1000";
         if (ctx < 64 || ctx % 64) {
