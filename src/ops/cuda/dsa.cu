@@ -595,19 +595,30 @@ extern "C" int nb_cuda_dsa_last_form(void) { return g_last_form; }
 extern "C" void nb_cuda_dsa_force_merge_cap(int keys) { g_merge_cap = keys >= -2 ? keys : -1; }
 extern "C" void nb_cuda_dsa_force_hist(int match) { g_hist = match == 0 || match == 1 ? match : -1; }
 
+// A switch forced by a test (force >= 0), else the environment variable `name` read once into
+// *env: the index of its value in names[n], else def. A benign race reads the same value.
+static int dsa_switch(int force, const char *name, const char *const *names, int n, int *env, int def)
+{
+    if (force >= 0) return force;
+    if (*env < 0) {
+        const char *e = getenv(name);
+        int v = def;
+        for (int i = 0; e && i < n; i++)
+            if (!strcmp(e, names[i])) v = i;
+        *env = v;
+    }
+    return *env;
+}
+
 // The merge's passes: 1 warp-aggregated shared atomics (a histogram bin's by match.any, an
 // append's by a ballot), 0 one shared atomic per counted or kept key, no warp collective
-// (forced, else NIBBLE_CUDA_DSA_HIST=match|atomic, else NB_CUDA_DSA_HIST_MATCH_DEFAULT).
+// (forced, else NIBBLE_CUDA_DSA_HIST=atomic|match, else NB_CUDA_DSA_HIST_MATCH_DEFAULT).
 #define NB_CUDA_DSA_HIST_MATCH_DEFAULT 0
 static int dsa_hist_match(void)
 {
-    if (g_hist >= 0) return g_hist;
-    static int env = -1; /* a benign race reads the same value */
-    if (env < 0) {
-        const char *e = getenv("NIBBLE_CUDA_DSA_HIST");
-        env = e && !strcmp(e, "match") ? 1 : e && !strcmp(e, "atomic") ? 0 : NB_CUDA_DSA_HIST_MATCH_DEFAULT;
-    }
-    return env;
+    static const char *const names[] = {"atomic", "match"};
+    static int env = -1;
+    return dsa_switch(g_hist, "NIBBLE_CUDA_DSA_HIST", names, 2, &env, NB_CUDA_DSA_HIST_MATCH_DEFAULT);
 }
 
 // The preferred scoring form: 2 mma, 1 lanes, 0 warp (forced, else NIBBLE_CUDA_DSA=warp|lanes|mma,
@@ -617,16 +628,9 @@ static int dsa_hist_match(void)
 #define NB_CUDA_DSA_DEFAULT_FORM 1
 static int dsa_form(void)
 {
-    if (g_form >= 0) return g_form;
-    static int env = -1; /* a benign race reads the same value */
-    if (env < 0) {
-        const char *e = getenv("NIBBLE_CUDA_DSA");
-        env = e && !strcmp(e, "warp")    ? 0
-              : e && !strcmp(e, "lanes") ? 1
-              : e && !strcmp(e, "mma")   ? 2
-                                         : NB_CUDA_DSA_DEFAULT_FORM;
-    }
-    return env;
+    static const char *const names[] = {"warp", "lanes", "mma"};
+    static int env = -1;
+    return dsa_switch(g_form, "NIBBLE_CUDA_DSA", names, 3, &env, NB_CUDA_DSA_DEFAULT_FORM);
 }
 
 // 0: never split, 1: automatic, G >= 2: that many splits (forced, else NIBBLE_CUDA_DSA_SPLIT).
