@@ -44,6 +44,12 @@
 #define WG_OPND (9 * WG_TILE)  /* q, or one chunk of rows: 9 k-tiles */
 #define WG_THREADS 384
 #define WG_SMEM (3 * WG_OPND + 2 * WG_P * 4 + 4 * 8 + 1024) /* + alignment slack */
+/* SHARE (the consumers split S's rows): + the row maxima / sums exchanged (2 x 64 floats) and
+ * each warpgroup's P fragments of its 32 rows (2 x 8 registers x 128 threads) */
+#define WG_XM_BYTES (2 * 64 * 4)
+#define WG_XP_BYTES (2 * 8 * 128 * 4)
+#define WG_SMEM_SHARE (WG_SMEM + WG_XM_BYTES + WG_XP_BYTES)
+#define WG_SHARE_DEFAULT 0 /* mla.h nb_cuda_mla_wg_force_share */
 /* setmaxnreg: the block holds 168 x 384 registers from its launch (the __launch_bounds__ cap),
  * so producer + 2 x consumer must stay within 3 x 168 = 504, or the increase never returns */
 #define WG_RB_DEFAULT 4      /* rows in flight per producer warp (mla.h nb_cuda_mla_wg_force_rows) */
@@ -92,6 +98,18 @@ __device__ __forceinline__ void wg_ss64(float (&d)[32], uint64_t adesc, uint64_t
                      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
                      "%32, %33, p, 1, 1, 0, 0;\n}\n"
                      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                     : "l"(adesc), "l"(bdesc), "r"(1));
+#endif
+}
+
+// S (64 x 32, F32) += A . B^T, the same operands for 32 rows (SHARE: each consumer its half).
+__device__ __forceinline__ void wg_ss32(float (&d)[16], uint64_t adesc, uint64_t bdesc)
+{
+#if WG_ARCH
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, "
+                     "%16, %17, p, 1, 1, 0, 0;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
                      : "l"(adesc), "l"(bdesc), "r"(1));
 #endif
 }
@@ -262,6 +280,92 @@ __device__ __forceinline__ void wg_put_staged(const mla_args &a, const float (&o
     }
 }
 
+// One chunk's S and softmax with the rows split between the consumers (k_mla_wg SHARE):
+// warpgroup cw scores rows 32cw .. 32cw + 31 (tile tb, row ids rid) for the 64 heads, the two
+// exchange their row maxima (xm) so both rescale by the same new maximum, then their P
+// fragments (xp: [cw][register][thread], conflict-free; a thread of either warpgroup holds the
+// same heads and columns, so the other's fragments are its own k-steps 2(cw^1), 2(cw^1) + 1).
+// Leaves pa[j] = the A operand of P.latent's k-step j (rows 16j .. 16j + 15), rescales o, and
+// adds this warpgroup's rows to its sums l0, l1 (the two halves are added per item).
+__device__ __forceinline__ void wg_share_chunk(float (&o)[128], uint32_t (&pa)[4][4], float &m0, float &m1, float &l0,
+                                               float &l1, uint32_t qa, uint32_t tb, const int *rid, float *xm,
+                                               uint32_t *xp, float sl2, int ct, int cw, int w4, int g4, int q4)
+{
+    float sc[16];
+#pragma unroll
+    for (int i = 0; i < 16; i++) sc[i] = 0.0f;
+    wg_fence();
+#pragma unroll
+    for (int kt = 0; kt < 9; kt++)
+#pragma unroll
+        for (int ks = 0; ks < 4; ks++)
+            wg_ss32(sc, wg_desc_k(qa + kt * WG_TILE + ks * 32), wg_desc_k(tb + kt * WG_TILE + cw * 4096 + ks * 32));
+    wg_commit();
+    wg_wait0();
+#pragma unroll
+    for (int i = 0; i < 16; i++) wg_pin(sc[i]);
+    rid += 32 * cw;
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const bool ok = rid[8 * i + 2 * q4 + e] >= 0;
+            sc[4 * i + e] = ok ? sc[4 * i + e] * sl2 : -INFINITY;
+            sc[4 * i + 2 + e] = ok ? sc[4 * i + 2 + e] * sl2 : -INFINITY;
+            mx0 = fmaxf(mx0, sc[4 * i + e]);
+            mx1 = fmaxf(mx1, sc[4 * i + 2 + e]);
+        }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const int h0 = 16 * w4 + g4;
+    if (q4 == 0) xm[cw * 64 + h0] = mx0, xm[cw * 64 + h0 + 8] = mx1;
+    asm volatile("bar.sync 5, 256;\n" ::: "memory");
+    mx0 = fmaxf(mx0, xm[(cw ^ 1) * 64 + h0]);
+    mx1 = fmaxf(mx1, xm[(cw ^ 1) * 64 + h0 + 8]);
+    const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+    const float c0 = m0 == -INFINITY ? 0.0f : exp2f(m0 - n0), c1 = m1 == -INFINITY ? 0.0f : exp2f(m1 - n1);
+    m0 = n0, m1 = n1;
+    float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            float &y0 = sc[4 * i + e], &y1 = sc[4 * i + 2 + e];
+            y0 = y0 == -INFINITY ? 0.0f : exp2f(y0 - n0);
+            y1 = y1 == -INFINITY ? 0.0f : exp2f(y1 - n1);
+            s0 += y0, s1 += y1;
+        }
+    l0 = l0 * c0 + s0, l1 = l1 * c1 + s1;
+#pragma unroll
+    for (int i = 0; i < 32; i++) {
+        o[4 * i] *= c0, o[4 * i + 1] *= c0;
+        o[4 * i + 2] *= c1, o[4 * i + 3] *= c1;
+    }
+    uint32_t pw[2][4];
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        pw[j][0] = mma_pack(sc[8 * j], sc[8 * j + 1]);
+        pw[j][1] = mma_pack(sc[8 * j + 2], sc[8 * j + 3]);
+        pw[j][2] = mma_pack(sc[8 * j + 4], sc[8 * j + 5]);
+        pw[j][3] = mma_pack(sc[8 * j + 6], sc[8 * j + 7]);
+    }
+    uint32_t *mine = xp + cw * 1024 + (ct & 127);
+    const uint32_t *theirs = xp + (cw ^ 1) * 1024 + (ct & 127);
+#pragma unroll
+    for (int r = 0; r < 8; r++) mine[128 * r] = pw[r >> 2][r & 3];
+    asm volatile("bar.sync 5, 256;\n" ::: "memory");
+    uint32_t ot[2][4];
+#pragma unroll
+    for (int r = 0; r < 8; r++) ot[r >> 2][r & 3] = theirs[128 * r];
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) pa[j][r] = (j >> 1) == cw ? pw[j & 1][r] : ot[j & 1][r];
+}
+
 // Items item = blockIdx.x, + gridDim.x, ... of n_items = T x head groups x S (s fastest): one
 // per block (grid = n_items), or a persistent grid of one block per SM, where the producer
 // streams the next item's rows while the consumers finish the last one and load its q.
@@ -272,7 +376,11 @@ __device__ __forceinline__ void wg_put_staged(const mla_args &a, const float (&o
 // Q16: q in BF16 (a.qlat16), copied by cp.async during the previous item (2: and the outputs
 // staged, a.wgst); 0: loaded from F32 and converted between items (a separate instantiation, so
 // that form compiles as before).
-template <int RB, int PREG, int CREG, int Q16>
+// SHARE: the consumers split each chunk's S by rows (warpgroup cw rows 32cw .. 32cw + 31, 18
+// m64n32k16 of the 36 k-steps' worth instead of the whole 64 x 64 twice), exchange their row
+// maxima and P fragments through shared memory (two 256-thread barriers per chunk) and their
+// row sums once per item; P.latent is as before (each its 256 columns, all 64 rows).
+template <int RB, int PREG, int CREG, int Q16, int SHARE>
 __global__ void __launch_bounds__(WG_THREADS, 1) k_mla_wg(mla_args a, int S, int n_items)
 {
 #if WG_ARCH
@@ -282,6 +390,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1) k_mla_wg(mla_args a, int S, int
     char *qs = base, *kv = base + WG_OPND;                                 /* q; two chunk tiles */
     int *ring = (int *)(base + 3 * WG_OPND);                                /* [2][64] pool rows of the tiles */
     uint64_t *full = (uint64_t *)(ring + 2 * WG_P), *empty = full + 2;
+    float *xm = (float *)(empty + 2);                /* SHARE: [2][64] row maxima, then row sums */
+    uint32_t *xp = (uint32_t *)(xm + 2 * 64);        /* SHARE: [2][8][128] P fragments */
     const int groups = (a.H + MLA_DEC_G - 1) / MLA_DEC_G;
     const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
     /* full: the 128 producer threads' arrivals; BF16 rows (RB 0): their 128 asynchronous
@@ -440,6 +550,10 @@ __global__ void __launch_bounds__(WG_THREADS, 1) k_mla_wg(mla_args a, int S, int
             const uint32_t tb = ka + b * WG_OPND;
             mla_mwait(full + b, (gc >> 1) & 1);
             if (RB == 0) wg_proxy(); /* BF16 rows: the tile came by cp.async (generic proxy); wgmma reads it */
+            uint32_t pa[4][4];
+            if (SHARE) {
+                wg_share_chunk(o, pa, m0, m1, l0, l1, qa, tb, ring + b * WG_P, xm, xp, sl2, ct, cw, w4, g4, q4);
+            } else {
             float sc[32];
 #pragma unroll
             for (int i = 0; i < 32; i++) sc[i] = 0.0f;
@@ -489,13 +603,13 @@ __global__ void __launch_bounds__(WG_THREADS, 1) k_mla_wg(mla_args a, int S, int
                 o[4 * i] *= c0, o[4 * i + 1] *= c0;
                 o[4 * i + 2] *= c1, o[4 * i + 3] *= c1;
             }
-            uint32_t pa[4][4];
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 pa[j][0] = mma_pack(sc[8 * j], sc[8 * j + 1]);
                 pa[j][1] = mma_pack(sc[8 * j + 2], sc[8 * j + 3]);
                 pa[j][2] = mma_pack(sc[8 * j + 4], sc[8 * j + 5]);
                 pa[j][3] = mma_pack(sc[8 * j + 6], sc[8 * j + 7]);
+            }
             }
             wg_fence();
 #pragma unroll
@@ -531,6 +645,11 @@ __global__ void __launch_bounds__(WG_THREADS, 1) k_mla_wg(mla_args a, int S, int
         l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
         l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
         l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+        if (SHARE) { /* each warpgroup summed its own rows: add the other's */
+            if (q4 == 0) xm[cw * 64 + 16 * w4 + g4] = l0, xm[cw * 64 + 16 * w4 + g4 + 8] = l1;
+            asm volatile("bar.sync 5, 256;\n" ::: "memory");
+            l0 += xm[(cw ^ 1) * 64 + 16 * w4 + g4], l1 += xm[(cw ^ 1) * 64 + 16 * w4 + g4 + 8];
+        }
         if (Q16 == 2) {
             if (staged) {
                 wg_put_staged(a, o, l0, l1, kv + ((gc - 1) & 1) * WG_OPND + 4 * cw * WG_TILE, x, ct & 127, cw, w4, g4,
@@ -597,16 +716,21 @@ static int g_persist = -1; /* nb_cuda_mla_wg_force_persist; -1: NIBBLE_CUDA_MLA_
 
 extern "C" void nb_cuda_mla_wg_force_persist(int on) { g_persist = on == 0 || on == 1 ? on : -1; }
 
-template <int RB, int PREG, int CREG, int Q16>
+static int g_share = -1; /* nb_cuda_mla_wg_force_share; -1: NIBBLE_CUDA_MLA_WG_SHARE, else WG_SHARE_DEFAULT */
+
+extern "C" void nb_cuda_mla_wg_force_share(int on) { g_share = on == 0 || on == 1 ? on : -1; }
+
+template <int RB, int PREG, int CREG, int Q16, int SHARE = 0>
 static nb_status wg_launch(const mla_args *a, int n_items, int S, int grid, int device, cudaStream_t stream)
 {
     static int attr_dev = -1; /* the opt-in shared memory, set once per process and device */
+    const int smem = SHARE ? WG_SMEM_SHARE : WG_SMEM;
     if (attr_dev != device) {
-        NB_CUDA_TRY(cudaFuncSetAttribute(k_mla_wg<RB, PREG, CREG, Q16>, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM));
-        NB_CUDA_TRY(cudaFuncSetAttribute(k_mla_wg<RB, PREG, CREG, Q16>, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
+        NB_CUDA_TRY(cudaFuncSetAttribute(k_mla_wg<RB, PREG, CREG, Q16, SHARE>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        NB_CUDA_TRY(cudaFuncSetAttribute(k_mla_wg<RB, PREG, CREG, Q16, SHARE>, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
         attr_dev = device;
     }
-    k_mla_wg<RB, PREG, CREG, Q16><<<(unsigned)grid, WG_THREADS, WG_SMEM, stream>>>(*a, S, n_items);
+    k_mla_wg<RB, PREG, CREG, Q16, SHARE><<<(unsigned)grid, WG_THREADS, smem, stream>>>(*a, S, n_items);
     NB_CUDA_LAUNCHED("mla_attention wg");
     return NB_OK;
 }
@@ -626,9 +750,15 @@ extern "C" nb_status nb_cuda_mla_wg_launch(const mla_args *a, int groups, int S,
         const char *e = getenv("NIBBLE_CUDA_MLA_WG_PERSIST");
         persist = e && (!strcmp(e, "0") || !strcmp(e, "1")) ? e[0] - '0' : WG_PERSIST_DEFAULT;
     }
-    static int sm_dev = -1, sms = 0;
+    int share = g_share;
+    if (share < 0) {
+        const char *e = getenv("NIBBLE_CUDA_MLA_WG_SHARE");
+        share = e && (!strcmp(e, "0") || !strcmp(e, "1")) ? e[0] - '0' : WG_SHARE_DEFAULT;
+    }
+    static int sm_dev = -1, sms = 0, max_smem = 0;
     if (sm_dev != device) {
         NB_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+        NB_CUDA_TRY(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
         sm_dev = device;
     }
     const int64_t n_items = (int64_t)a->T * groups * S;
@@ -640,6 +770,9 @@ extern "C" nb_status nb_cuda_mla_wg_launch(const mla_args *a, int groups, int S,
     if (a->lat16) {
         if (a->qlat16 && a->wgst && S == 1 && a->ob && a->ob1)
             return wg_launch<0, 72, 216, 2>(a, (int)n_items, S, grid, device, stream);
+        /* the split S: this instance only (BF16 rows and q, direct outputs), where it fits */
+        if (a->qlat16 && share && max_smem >= WG_SMEM_SHARE)
+            return wg_launch<0, 72, 216, 1, 1>(a, (int)n_items, S, grid, device, stream);
         if (a->qlat16) return wg_launch<0, 72, 216, 1>(a, (int)n_items, S, grid, device, stream);
         return wg_launch<0, 72, 216, 0>(a, (int)n_items, S, grid, device, stream);
     }
