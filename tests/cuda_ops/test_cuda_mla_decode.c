@@ -436,14 +436,17 @@ static void time_rows16(dec_batch *b, int iters)
     char name[128];
     snprintf(name, sizeof name, "mla wg on BF16 rows vs mma on F32 rows, GLM-5 shapes, B=%d ctx %d", b->B, b->ctx);
     tu_compare(name, x, y, on, NB_TOL_BF16);
-    nb_cuda_mla_wg_force_share(1); /* the consumers splitting S (mla.h) */
-    b->use16 = 1;
-    NB_CHECK_OK(nb_ops_memset(tu_gpu, b->dout.data, 0xff, on * 4));
-    batch_out(b, NB_CUDA_MLA_WG, y);
-    b->use16 = 0;
+    for (int sh = 0; sh < 2; sh++) { /* the consumers splitting S or not, forced (mla.h) */
+        nb_cuda_mla_wg_force_share(sh);
+        b->use16 = 1;
+        NB_CHECK_OK(nb_ops_memset(tu_gpu, b->dout.data, 0xff, on * 4));
+        batch_out(b, NB_CUDA_MLA_WG, y);
+        b->use16 = 0;
+        snprintf(name, sizeof name, "mla wg %s S on BF16 rows vs mma on F32 rows, GLM-5 shapes, B=%d ctx %d",
+                 sh ? "sharing" : "not sharing", b->B, b->ctx);
+        tu_compare(name, x, y, on, NB_TOL_BF16);
+    }
     nb_cuda_mla_wg_force_share(-1);
-    snprintf(name, sizeof name, "mla wg sharing S on BF16 rows vs mma on F32 rows, GLM-5 shapes, B=%d ctx %d", b->B, b->ctx);
-    tu_compare(name, x, y, on, NB_TOL_BF16);
     free(x), free(y);
     double t[4];
     for (int i = 0; i < 4; i++) {
@@ -454,8 +457,10 @@ static void time_rows16(dec_batch *b, int iters)
     fprintf(stderr, "    mla time B=%-5d ctx %-5d wg op (graph): F32 rows %.3f / %.3f, BF16 rows %.3f / %.3f ms (%.2fx)\n",
             b->B, b->ctx, t[0], t[2], t[1], t[3], (t[0] + t[2]) / (t[1] + t[3]));
     b->use16 = 1; /* the op's steps alone on the BF16 pool (the default cache) */
-    fprintf(stderr, "    (BF16 rows)\n");
+    fprintf(stderr, "    (BF16 rows; consumers not sharing S, then sharing)\n");
+    nb_cuda_mla_wg_force_share(0);
     time_steps(b, NB_CUDA_MLA_WG, iters);
+    nb_cuda_mla_wg_force_share(-1);
     double ts[4];
     time_ab(b, NB_CUDA_MLA_WG, nb_cuda_mla_wg_force_share, 0, iters, ts);
     fprintf(stderr, "    mla time B=%-5d ctx %-5d wg op on BF16 rows (graph): S whole per consumer %.3f / %.3f, split %.3f / %.3f ms (%.2fx)\n",
@@ -644,14 +649,17 @@ int main(int argc, char **argv)
                     dec_case(h80w, 1, 1, NB_WFMT_BF16, 1, kk);
                 }
                 nb_cuda_mla_wg_force_stage(-1);
-                /* the consumers splitting S (mla.h nb_cuda_mla_wg_force_share: BF16 rows only) */
-                nb_cuda_mla_wg_force_share(1);
-                fprintf(stderr, "  one BF16 term, BF16 q, consumers sharing S:\n");
-                dec_case(glm5, 0, 1, NB_WFMT_BF16, 1, kk);
-                dec_case(glm5, 0, 0, NB_WFMT_BF16, 1, kk);
-                dec_case(glm5, 1, 0, NB_WFMT_BF16, 1, kk);
-                dec_case(h80w, 0, 1, NB_WFMT_BF16, 1, kk);
-                dec_case(h80w, 1, 0, NB_WFMT_BF16, 1, kk);
+                /* the consumers splitting S or not, forced both ways (mla.h
+                 * nb_cuda_mla_wg_force_share: BF16 rows only; automatic: split where S == 1) */
+                for (int sh = 0; sh < 2; sh++) {
+                    nb_cuda_mla_wg_force_share(sh);
+                    fprintf(stderr, "  one BF16 term, BF16 q, consumers %s S:\n", sh ? "sharing" : "each computing");
+                    dec_case(glm5, 0, 1, NB_WFMT_BF16, 1, kk);
+                    dec_case(glm5, 0, 0, NB_WFMT_BF16, 1, kk);
+                    dec_case(glm5, 1, 0, NB_WFMT_BF16, 1, kk);
+                    dec_case(h80w, 0, 1, NB_WFMT_BF16, 1, kk);
+                    dec_case(h80w, 1, 0, NB_WFMT_BF16, 1, kk);
+                }
                 nb_cuda_mla_wg_force_share(-1);
             }
             if (kk == NB_CUDA_MLA_WG) { /* one term with the F32 q_lat the BF16 one replaced */

@@ -85,8 +85,9 @@ void nb_cuda_mla_wg_force_persist(int on);
  * of the 64 rows for all heads, the row maxima and P exchanged through shared memory; 1) or
  * each scoring all 64 (0). BF16 pool rows with the BF16 q and direct outputs only (the
  * automatic instance at 3+ tokens), and only where the opt-in shared memory holds its extra
- * 8.7 KB. NIBBLE_CUDA_MLA_WG_SHARE=0|1 (default WG_SHARE_DEFAULT in mla_wg.cu);
- * nb_cuda_mla_wg_force_share for tests and timings (0, 1; else back to the environment). */
+ * 8.7 KB. NIBBLE_CUDA_MLA_WG_SHARE=0|1; unset: 1 where the op runs without KV splits (the
+ * batch fills the GPU; WG_SHARE_AUTO in mla_wg.cu); nb_cuda_mla_wg_force_share for tests and
+ * timings (0, 1; else back to the environment / automatic). */
 void nb_cuda_mla_wg_force_share(int on);
 /* Timings only: run only the steps of the GEMM path (not the small path) whose bits are set
  * (1 the q split and first GEMM, 2 the attention kernel, 4 the split merge, 8 the second GEMM

@@ -15,7 +15,8 @@
 //   warpgroups 1 and 2 (consumers): q of the 64 heads in BF16 in the same layout, loaded
 //     once per block. Per chunk each computes S = q . rows^T (64 heads x 64 rows, 36 wgmma
 //     m64n64k16 with both operands in shared memory; both consumers compute the same S, so
-//     neither waits for the other), the online softmax in registers (F32, exp2), and then
+//     neither waits for the other; or, SHARE, each scores 32 of the rows and the two exchange
+//     maxima and P through shared memory), the online softmax in registers (F32, exp2), and then
 //     O[:, 256c .. 256c + 255] += P . latent with P as the register A operand (the
 //     accumulator layout is the A fragment layout) and the same shared tile as the B operand
 //     read MN-major (the transpose bit): 4 wgmma m64n256k16 per chunk, O in 128 registers.
@@ -49,7 +50,10 @@
 #define WG_XM_BYTES (2 * 64 * 4)
 #define WG_XP_BYTES (2 * 8 * 128 * 4)
 #define WG_SMEM_SHARE (WG_SMEM + WG_XM_BYTES + WG_XP_BYTES)
-#define WG_SHARE_DEFAULT 0 /* mla.h nb_cuda_mla_wg_force_share */
+/* mla.h nb_cuda_mla_wg_force_share: unset, the consumers split S where the batch fills the GPU
+ * without KV splits (S == 1: 1000 tokens at context 192 on an H100, the op 1.04x faster);
+ * with splits the extra barriers cost more than the shared reads save (10 requests: +0.5 %) */
+#define WG_SHARE_AUTO(S) ((S) == 1)
 /* setmaxnreg: the block holds 168 x 384 registers from its launch (the __launch_bounds__ cap),
  * so producer + 2 x consumer must stay within 3 x 168 = 504, or the increase never returns */
 #define WG_RB_DEFAULT 4      /* rows in flight per producer warp (mla.h nb_cuda_mla_wg_force_rows) */
@@ -716,7 +720,7 @@ static int g_persist = -1; /* nb_cuda_mla_wg_force_persist; -1: NIBBLE_CUDA_MLA_
 
 extern "C" void nb_cuda_mla_wg_force_persist(int on) { g_persist = on == 0 || on == 1 ? on : -1; }
 
-static int g_share = -1; /* nb_cuda_mla_wg_force_share; -1: NIBBLE_CUDA_MLA_WG_SHARE, else WG_SHARE_DEFAULT */
+static int g_share = -1; /* nb_cuda_mla_wg_force_share; -1: NIBBLE_CUDA_MLA_WG_SHARE, else WG_SHARE_AUTO */
 
 extern "C" void nb_cuda_mla_wg_force_share(int on) { g_share = on == 0 || on == 1 ? on : -1; }
 
@@ -753,7 +757,7 @@ extern "C" nb_status nb_cuda_mla_wg_launch(const mla_args *a, int groups, int S,
     int share = g_share;
     if (share < 0) {
         const char *e = getenv("NIBBLE_CUDA_MLA_WG_SHARE");
-        share = e && (!strcmp(e, "0") || !strcmp(e, "1")) ? e[0] - '0' : WG_SHARE_DEFAULT;
+        share = e && (!strcmp(e, "0") || !strcmp(e, "1")) ? e[0] - '0' : WG_SHARE_AUTO(S);
     }
     static int sm_dev = -1, sms = 0, max_smem = 0;
     if (sm_dev != device) {
