@@ -1,4 +1,5 @@
 #!/bin/bash
+# (Never run: no device start came for it; call1b.sh, its short form, ran instead.)
 # Twenty-third session, call 1 (~5 min): where the batch-1000 step's MLA time goes.
 #  0. test_cuda_mla_decode wg (the wg kernel's checks, with the consumers sharing S: mla.h
 #     nb_cuda_mla_wg_force_share);
