@@ -380,8 +380,8 @@ __device__ __forceinline__ void wg_share_chunk(float (&o)[128], uint32_t (&pa)[4
 // Q16: q in BF16 (a.qlat16), copied by cp.async during the previous item (2: and the outputs
 // staged, a.wgst); 0: loaded from F32 and converted between items (a separate instantiation, so
 // that form compiles as before).
-// SHARE: the consumers split each chunk's S by rows (warpgroup cw rows 32cw .. 32cw + 31, 18
-// m64n32k16 of the 36 k-steps' worth instead of the whole 64 x 64 twice), exchange their row
+// SHARE: the consumers split each chunk's S by rows (warpgroup cw rows 32cw .. 32cw + 31: 36
+// m64n32k16 each instead of 36 m64n64k16 each for the same 64 x 64), exchange their row
 // maxima and P fragments through shared memory (two 256-thread barriers per chunk) and their
 // row sums once per item; P.latent is as before (each its 256 columns, all 64 rows).
 template <int RB, int PREG, int CREG, int Q16, int SHARE>
@@ -558,62 +558,62 @@ __global__ void __launch_bounds__(WG_THREADS, 1) k_mla_wg(mla_args a, int S, int
             if (SHARE) {
                 wg_share_chunk(o, pa, m0, m1, l0, l1, qa, tb, ring + b * WG_P, xm, xp, sl2, ct, cw, w4, g4, q4);
             } else {
-            float sc[32];
+                float sc[32];
 #pragma unroll
-            for (int i = 0; i < 32; i++) sc[i] = 0.0f;
-            wg_fence();
+                for (int i = 0; i < 32; i++) sc[i] = 0.0f;
+                wg_fence();
 #pragma unroll
-            for (int kt = 0; kt < 9; kt++)
+                for (int kt = 0; kt < 9; kt++)
 #pragma unroll
-                for (int ks = 0; ks < 4; ks++)
-                    wg_ss64(sc, wg_desc_k(qa + kt * WG_TILE + ks * 32), wg_desc_k(tb + kt * WG_TILE + ks * 32));
-            wg_commit();
-            wg_wait0();
+                    for (int ks = 0; ks < 4; ks++)
+                        wg_ss64(sc, wg_desc_k(qa + kt * WG_TILE + ks * 32), wg_desc_k(tb + kt * WG_TILE + ks * 32));
+                wg_commit();
+                wg_wait0();
 #pragma unroll
-            for (int i = 0; i < 32; i++) wg_pin(sc[i]);
-            // scores of rows g4 / g4 + 8 (heads 16w4 + ...) at columns 8i + 2q4 + e; unattended -inf
-            const int *rid = ring + b * WG_P;
-            float mx0 = -INFINITY, mx1 = -INFINITY;
+                for (int i = 0; i < 32; i++) wg_pin(sc[i]);
+                // scores of rows g4 / g4 + 8 (heads 16w4 + ...) at columns 8i + 2q4 + e; unattended -inf
+                const int *rid = ring + b * WG_P;
+                float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
-            for (int i = 0; i < 8; i++)
+                for (int i = 0; i < 8; i++)
 #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const bool ok = rid[8 * i + 2 * q4 + e] >= 0;
-                    sc[4 * i + e] = ok ? sc[4 * i + e] * sl2 : -INFINITY;
-                    sc[4 * i + 2 + e] = ok ? sc[4 * i + 2 + e] * sl2 : -INFINITY;
-                    mx0 = fmaxf(mx0, sc[4 * i + e]);
-                    mx1 = fmaxf(mx1, sc[4 * i + 2 + e]);
+                    for (int e = 0; e < 2; e++) {
+                        const bool ok = rid[8 * i + 2 * q4 + e] >= 0;
+                        sc[4 * i + e] = ok ? sc[4 * i + e] * sl2 : -INFINITY;
+                        sc[4 * i + 2 + e] = ok ? sc[4 * i + 2 + e] * sl2 : -INFINITY;
+                        mx0 = fmaxf(mx0, sc[4 * i + e]);
+                        mx1 = fmaxf(mx1, sc[4 * i + 2 + e]);
+                    }
+                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+                const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+                const float c0 = m0 == -INFINITY ? 0.0f : exp2f(m0 - n0), c1 = m1 == -INFINITY ? 0.0f : exp2f(m1 - n1);
+                m0 = n0, m1 = n1;
+                float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        float &y0 = sc[4 * i + e], &y1 = sc[4 * i + 2 + e];
+                        y0 = y0 == -INFINITY ? 0.0f : exp2f(y0 - n0);
+                        y1 = y1 == -INFINITY ? 0.0f : exp2f(y1 - n1);
+                        s0 += y0, s1 += y1;
+                    }
+                l0 = l0 * c0 + s0, l1 = l1 * c1 + s1; /* this thread's part of the row sums */
+#pragma unroll
+                for (int i = 0; i < 32; i++) {
+                    o[4 * i] *= c0, o[4 * i + 1] *= c0;
+                    o[4 * i + 2] *= c1, o[4 * i + 3] *= c1;
                 }
-            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-            const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-            const float c0 = m0 == -INFINITY ? 0.0f : exp2f(m0 - n0), c1 = m1 == -INFINITY ? 0.0f : exp2f(m1 - n1);
-            m0 = n0, m1 = n1;
-            float s0 = 0.0f, s1 = 0.0f;
 #pragma unroll
-            for (int i = 0; i < 8; i++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    float &y0 = sc[4 * i + e], &y1 = sc[4 * i + 2 + e];
-                    y0 = y0 == -INFINITY ? 0.0f : exp2f(y0 - n0);
-                    y1 = y1 == -INFINITY ? 0.0f : exp2f(y1 - n1);
-                    s0 += y0, s1 += y1;
+                for (int j = 0; j < 4; j++) {
+                    pa[j][0] = mma_pack(sc[8 * j], sc[8 * j + 1]);
+                    pa[j][1] = mma_pack(sc[8 * j + 2], sc[8 * j + 3]);
+                    pa[j][2] = mma_pack(sc[8 * j + 4], sc[8 * j + 5]);
+                    pa[j][3] = mma_pack(sc[8 * j + 6], sc[8 * j + 7]);
                 }
-            l0 = l0 * c0 + s0, l1 = l1 * c1 + s1; /* this thread's part of the row sums */
-#pragma unroll
-            for (int i = 0; i < 32; i++) {
-                o[4 * i] *= c0, o[4 * i + 1] *= c0;
-                o[4 * i + 2] *= c1, o[4 * i + 3] *= c1;
-            }
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                pa[j][0] = mma_pack(sc[8 * j], sc[8 * j + 1]);
-                pa[j][1] = mma_pack(sc[8 * j + 2], sc[8 * j + 3]);
-                pa[j][2] = mma_pack(sc[8 * j + 4], sc[8 * j + 5]);
-                pa[j][3] = mma_pack(sc[8 * j + 6], sc[8 * j + 7]);
-            }
             }
             wg_fence();
 #pragma unroll
