@@ -6,7 +6,9 @@
 #     the twenty-second round's call 4 caught batch 1000 with these; skip 12 caught 424), and the
 #     eager per-op profile of the same settings beside it (is `mla_attention`'s 0.64 ms per layer
 #     launch gaps inside its event window, or the kernels themselves in the model?);
-#  3. ncu stall sampling on the BF16-row wg kernel at 1000 x 192, both sharing forms.
+#  3. the wg op on BF16 rows at context 192 (64, 256, 1000 tokens): sharing S or not, outputs
+#     direct or staged (never timed on BF16 rows), the steps alone; then ncu stall sampling on
+#     the BF16-row wg kernel at 1000 x 192, both sharing forms.
 # Prepare here:
 #   cmake --build build -j2 && BUILD=build scripts/device-verify.sh pack     (~4 min, .devbin.tar.xz)
 #   run(command="bash bench/h200-2026-12-07-s23/next-call.sh", carry=[".devbin.tar.xz", ".devlibs.tar.xz"], timeout_s=600)
@@ -25,6 +27,8 @@ NIBBLE_CUDA_PROFILER_RANGE=1 timeout 200 $NCU --profile-from-start off --cache-c
 echo "ncu model rc=$?"; tail -n2 /tmp/ncu-model.err
 timeout 120 build/nibble bench-offline $M --profile-ops 4 --profile-skip 24 > /tmp/prof.log 2>&1
 echo "profile rc=$?"; grep -E "Per-op|step wall|moe_experts|mla_attention|lm_head|o_proj|^1000 " /tmp/prof.log | cut -c1-150
+NB_TEST_MLA_ROWS16=only timeout 120 build/tests/test_cuda_mla_decode time 192 64,256,1000 > $OUT0/mla-time.log 2>&1
+echo "mla time rc=$?"; grep -E "BF16 rows|mla steps" $OUT0/mla-time.log | cut -c1-200
 SEC="--section SpeedOfLight --section SchedulerStats --section WarpStateStats --section SourceCounters --section MemoryWorkloadAnalysis"
 NB_TEST_MLA_ROWS16=only timeout 150 $NCU --clock-control none --kernel-name-base mangled -k regex:'k_mla_wgILi0ELi72ELi216ELi1ELi[01]E' -c 2 $SEC \
   --import-source no -o $OUT0/wg -f build/tests/test_cuda_mla_decode time 192 1000 > /tmp/ncu-iso.log 2>&1; echo "ncu iso rc=$?"

@@ -468,6 +468,13 @@ static void time_rows16(dec_batch *b, int iters)
     nb_cuda_mla_wg_force_share(1);
     time_steps(b, NB_CUDA_MLA_WG, iters);
     nb_cuda_mla_wg_force_share(-1);
+    /* the staged outputs (mla.h nb_cuda_mla_wg_force_stage; their own instance, without the
+     * shared S) were held back for F32 rows, where they need 2 producer rows in flight; BF16
+     * rows hold none in registers */
+    double tg[4];
+    time_ab(b, NB_CUDA_MLA_WG, nb_cuda_mla_wg_force_stage, 0, iters, tg);
+    fprintf(stderr, "    mla time B=%-5d ctx %-5d wg op on BF16 rows (graph): outputs direct %.3f / %.3f, staged %.3f / %.3f ms (%.2fx)\n",
+            b->B, b->ctx, tg[0], tg[2], tg[1], tg[3], (tg[0] + tg[2]) / (tg[1] + tg[3]));
     b->use16 = 0;
 }
 
