@@ -284,6 +284,72 @@ __device__ __forceinline__ void wg_put_staged(const mla_args &a, const float (&o
     }
 }
 
+// The online softmax's pieces over NI column groups of a consumer's scores (the wgmma
+// accumulator layout: sc[4i + e] row g4, sc[4i + 2 + e] row g4 + 8, column 8i + 2q4 + e), shared
+// by the kernel's two chunk forms. Masks the unattended rows (rid < 0) to -inf and scales the
+// rest by sl2 (log2 units); returns the rows' maxima over the quad in mx0, mx1.
+template <int NI>
+__device__ __forceinline__ void wg_mask_max(float (&sc)[4 * NI], const int *rid, float sl2, int q4, float &mx0,
+                                            float &mx1)
+{
+    mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < NI; i++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const bool ok = rid[8 * i + 2 * q4 + e] >= 0;
+            sc[4 * i + e] = ok ? sc[4 * i + e] * sl2 : -INFINITY;
+            sc[4 * i + 2 + e] = ok ? sc[4 * i + 2 + e] * sl2 : -INFINITY;
+            mx0 = fmaxf(mx0, sc[4 * i + e]);
+            mx1 = fmaxf(mx1, sc[4 * i + 2 + e]);
+        }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+}
+
+// With the chunk's row maxima mx0, mx1: the new running maxima m0, m1, P = exp2(s - m) in sc,
+// the row sums l0, l1 (this thread's columns) and o rescaled by the old-to-new factors.
+template <int NI>
+__device__ __forceinline__ void wg_softmax(float (&sc)[4 * NI], float (&o)[128], float mx0, float mx1, float &m0,
+                                           float &m1, float &l0, float &l1)
+{
+    const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+    const float c0 = m0 == -INFINITY ? 0.0f : exp2f(m0 - n0), c1 = m1 == -INFINITY ? 0.0f : exp2f(m1 - n1);
+    m0 = n0, m1 = n1;
+    float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NI; i++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            float &y0 = sc[4 * i + e], &y1 = sc[4 * i + 2 + e];
+            y0 = y0 == -INFINITY ? 0.0f : exp2f(y0 - n0);
+            y1 = y1 == -INFINITY ? 0.0f : exp2f(y1 - n1);
+            s0 += y0, s1 += y1;
+        }
+    l0 = l0 * c0 + s0, l1 = l1 * c1 + s1; /* this thread's part of the row sums */
+#pragma unroll
+    for (int i = 0; i < 32; i++) {
+        o[4 * i] *= c0, o[4 * i + 1] *= c0;
+        o[4 * i + 2] *= c1, o[4 * i + 3] *= c1;
+    }
+}
+
+// P (sc, NJ k-steps of 16 columns) as BF16 A fragments of P.latent: the accumulator layout is
+// the A fragment layout.
+template <int NJ>
+__device__ __forceinline__ void wg_pack_p(const float (&sc)[8 * NJ], uint32_t (&pa)[NJ][4])
+{
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        pa[j][0] = mma_pack(sc[8 * j], sc[8 * j + 1]);
+        pa[j][1] = mma_pack(sc[8 * j + 2], sc[8 * j + 3]);
+        pa[j][2] = mma_pack(sc[8 * j + 4], sc[8 * j + 5]);
+        pa[j][3] = mma_pack(sc[8 * j + 6], sc[8 * j + 7]);
+    }
+}
+
 // One chunk's S and softmax with the rows split between the consumers (k_mla_wg SHARE):
 // warpgroup cw scores rows 32cw .. 32cw + 31 (tile tb, row ids rid) for the 64 heads, the two
 // exchange their row maxima (xm) so both rescale by the same new maximum, then their P
@@ -308,54 +374,16 @@ __device__ __forceinline__ void wg_share_chunk(float (&o)[128], uint32_t (&pa)[4
     wg_wait0();
 #pragma unroll
     for (int i = 0; i < 16; i++) wg_pin(sc[i]);
-    rid += 32 * cw;
-    float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            const bool ok = rid[8 * i + 2 * q4 + e] >= 0;
-            sc[4 * i + e] = ok ? sc[4 * i + e] * sl2 : -INFINITY;
-            sc[4 * i + 2 + e] = ok ? sc[4 * i + 2 + e] * sl2 : -INFINITY;
-            mx0 = fmaxf(mx0, sc[4 * i + e]);
-            mx1 = fmaxf(mx1, sc[4 * i + 2 + e]);
-        }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    float mx0, mx1;
+    wg_mask_max<4>(sc, rid + 32 * cw, sl2, q4, mx0, mx1);
     const int h0 = 16 * w4 + g4;
     if (q4 == 0) xm[cw * 64 + h0] = mx0, xm[cw * 64 + h0 + 8] = mx1;
     asm volatile("bar.sync 5, 256;\n" ::: "memory");
     mx0 = fmaxf(mx0, xm[(cw ^ 1) * 64 + h0]);
     mx1 = fmaxf(mx1, xm[(cw ^ 1) * 64 + h0 + 8]);
-    const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-    const float c0 = m0 == -INFINITY ? 0.0f : exp2f(m0 - n0), c1 = m1 == -INFINITY ? 0.0f : exp2f(m1 - n1);
-    m0 = n0, m1 = n1;
-    float s0 = 0.0f, s1 = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            float &y0 = sc[4 * i + e], &y1 = sc[4 * i + 2 + e];
-            y0 = y0 == -INFINITY ? 0.0f : exp2f(y0 - n0);
-            y1 = y1 == -INFINITY ? 0.0f : exp2f(y1 - n1);
-            s0 += y0, s1 += y1;
-        }
-    l0 = l0 * c0 + s0, l1 = l1 * c1 + s1;
-#pragma unroll
-    for (int i = 0; i < 32; i++) {
-        o[4 * i] *= c0, o[4 * i + 1] *= c0;
-        o[4 * i + 2] *= c1, o[4 * i + 3] *= c1;
-    }
+    wg_softmax<4>(sc, o, mx0, mx1, m0, m1, l0, l1);
     uint32_t pw[2][4];
-#pragma unroll
-    for (int j = 0; j < 2; j++) {
-        pw[j][0] = mma_pack(sc[8 * j], sc[8 * j + 1]);
-        pw[j][1] = mma_pack(sc[8 * j + 2], sc[8 * j + 3]);
-        pw[j][2] = mma_pack(sc[8 * j + 4], sc[8 * j + 5]);
-        pw[j][3] = mma_pack(sc[8 * j + 6], sc[8 * j + 7]);
-    }
+    wg_pack_p<2>(sc, pw);
     uint32_t *mine = xp + cw * 1024 + (ct & 127);
     const uint32_t *theirs = xp + (cw ^ 1) * 1024 + (ct & 127);
 #pragma unroll
@@ -572,48 +600,10 @@ __global__ void __launch_bounds__(WG_THREADS, 1) k_mla_wg(mla_args a, int S, int
 #pragma unroll
                 for (int i = 0; i < 32; i++) wg_pin(sc[i]);
                 // scores of rows g4 / g4 + 8 (heads 16w4 + ...) at columns 8i + 2q4 + e; unattended -inf
-                const int *rid = ring + b * WG_P;
-                float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-                for (int i = 0; i < 8; i++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const bool ok = rid[8 * i + 2 * q4 + e] >= 0;
-                        sc[4 * i + e] = ok ? sc[4 * i + e] * sl2 : -INFINITY;
-                        sc[4 * i + 2 + e] = ok ? sc[4 * i + 2 + e] * sl2 : -INFINITY;
-                        mx0 = fmaxf(mx0, sc[4 * i + e]);
-                        mx1 = fmaxf(mx1, sc[4 * i + 2 + e]);
-                    }
-                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-                const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-                const float c0 = m0 == -INFINITY ? 0.0f : exp2f(m0 - n0), c1 = m1 == -INFINITY ? 0.0f : exp2f(m1 - n1);
-                m0 = n0, m1 = n1;
-                float s0 = 0.0f, s1 = 0.0f;
-#pragma unroll
-                for (int i = 0; i < 8; i++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        float &y0 = sc[4 * i + e], &y1 = sc[4 * i + 2 + e];
-                        y0 = y0 == -INFINITY ? 0.0f : exp2f(y0 - n0);
-                        y1 = y1 == -INFINITY ? 0.0f : exp2f(y1 - n1);
-                        s0 += y0, s1 += y1;
-                    }
-                l0 = l0 * c0 + s0, l1 = l1 * c1 + s1; /* this thread's part of the row sums */
-#pragma unroll
-                for (int i = 0; i < 32; i++) {
-                    o[4 * i] *= c0, o[4 * i + 1] *= c0;
-                    o[4 * i + 2] *= c1, o[4 * i + 3] *= c1;
-                }
-#pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    pa[j][0] = mma_pack(sc[8 * j], sc[8 * j + 1]);
-                    pa[j][1] = mma_pack(sc[8 * j + 2], sc[8 * j + 3]);
-                    pa[j][2] = mma_pack(sc[8 * j + 4], sc[8 * j + 5]);
-                    pa[j][3] = mma_pack(sc[8 * j + 6], sc[8 * j + 7]);
-                }
+                float mx0, mx1;
+                wg_mask_max<8>(sc, ring + b * WG_P, sl2, q4, mx0, mx1);
+                wg_softmax<8>(sc, o, mx0, mx1, m0, m1, l0, l1);
+                wg_pack_p<4>(sc, pa);
             }
             wg_fence();
 #pragma unroll
