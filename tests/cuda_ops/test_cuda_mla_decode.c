@@ -421,6 +421,15 @@ static void time_ab(dec_batch *b, int k, void (*force)(int), int a, int iters, d
     force(-1);
 }
 
+/* A wg switch off (named off) and on (named on) on the BF16 pool (b->use16 set), A B A B, printed. */
+static void time_ab_wg16(dec_batch *b, void (*force)(int), const char *off, const char *on, int iters)
+{
+    double t[4];
+    time_ab(b, NB_CUDA_MLA_WG, force, 0, iters, t);
+    fprintf(stderr, "    mla time B=%-5d ctx %-5d wg op on BF16 rows (graph): %s %.3f / %.3f, %s %.3f / %.3f ms (%.2fx)\n",
+            b->B, b->ctx, off, t[0], t[2], on, t[1], t[3], (t[0] + t[2]) / (t[1] + t[3]));
+}
+
 /* The wg op (graph replay, default terms) on the F32 pool and the BF16 one, A B A B; its
  * BF16-pool outputs checked against mma on the F32 pool first (NB_TEST_MLA_ROWS16). */
 static void time_rows16(dec_batch *b, int iters)
@@ -461,20 +470,14 @@ static void time_rows16(dec_batch *b, int iters)
     nb_cuda_mla_wg_force_share(0);
     time_steps(b, NB_CUDA_MLA_WG, iters);
     nb_cuda_mla_wg_force_share(-1);
-    double ts[4];
-    time_ab(b, NB_CUDA_MLA_WG, nb_cuda_mla_wg_force_share, 0, iters, ts);
-    fprintf(stderr, "    mla time B=%-5d ctx %-5d wg op on BF16 rows (graph): S whole per consumer %.3f / %.3f, split %.3f / %.3f ms (%.2fx)\n",
-            b->B, b->ctx, ts[0], ts[2], ts[1], ts[3], (ts[0] + ts[2]) / (ts[1] + ts[3]));
+    time_ab_wg16(b, nb_cuda_mla_wg_force_share, "S whole per consumer", "split", iters);
     nb_cuda_mla_wg_force_share(1);
     time_steps(b, NB_CUDA_MLA_WG, iters);
     nb_cuda_mla_wg_force_share(-1);
     /* the staged outputs (mla.h nb_cuda_mla_wg_force_stage; their own instance, without the
      * shared S) were held back for F32 rows, where they need 2 producer rows in flight; BF16
      * rows hold none in registers */
-    double tg[4];
-    time_ab(b, NB_CUDA_MLA_WG, nb_cuda_mla_wg_force_stage, 0, iters, tg);
-    fprintf(stderr, "    mla time B=%-5d ctx %-5d wg op on BF16 rows (graph): outputs direct %.3f / %.3f, staged %.3f / %.3f ms (%.2fx)\n",
-            b->B, b->ctx, tg[0], tg[2], tg[1], tg[3], (tg[0] + tg[2]) / (tg[1] + tg[3]));
+    time_ab_wg16(b, nb_cuda_mla_wg_force_stage, "outputs direct", "staged", iters);
     b->use16 = 0;
 }
 
