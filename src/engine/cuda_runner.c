@@ -37,6 +37,12 @@
 #define CR_SCRATCH_KEY CR_GRAPH_SLOTS
 #endif
 
+/* A size holds up to three graphs, one per attention class of the step's batch (the kernels a
+ * step captures follow it: forward.h nb_forward_dsa_live, nb_forward_long_ctx): 0 dense over
+ * short contexts, 1 dense over long ones, 2 a live DSA selection (long by construction). */
+#define CR_CLASSES 3
+static inline int cr_class(int dsa_live, int long_ctx) { return dsa_live ? 2 : long_ctx ? 1 : 0; }
+
 typedef struct cr_graph {
 #if NIBBLE_HAVE_CUDA
     nb_cuda_graph *g;
@@ -58,7 +64,7 @@ typedef struct nb_cuda_runner {
     /* CUDA graphs */
     int graphs_on;
     nb_graph_sizes sizes;
-    cr_graph graph[2 * NB_CUDA_GRAPH_MAX_SIZES]; /* [size index * 2 + DSA selection live] */
+    cr_graph graph[CR_CLASSES * NB_CUDA_GRAPH_MAX_SIZES]; /* [size index * CR_CLASSES + cr_class] */
     int max_bs;
     int64_t slot_cap;   /* slot-table entries the index image holds */
     int32_t *gidx;      /* device index image (cuda_graph.h layout) */
@@ -104,11 +110,11 @@ static void cr_drop_graphs(nb_cuda_runner *m)
 {
     int any = 0;
 #if NIBBLE_HAVE_CUDA
-    for (int i = 0; i < 2 * NB_CUDA_GRAPH_MAX_SIZES; i++) any |= m->graph[i].g != NULL;
+    for (int i = 0; i < CR_CLASSES * NB_CUDA_GRAPH_MAX_SIZES; i++) any |= m->graph[i].g != NULL;
     /* a replay may still be running: let it finish before its executable goes */
     if (any && m->dev) nb_ops_sync(m->dev->ops);
 #endif
-    for (int i = 0; i < 2 * NB_CUDA_GRAPH_MAX_SIZES; i++) {
+    for (int i = 0; i < CR_CLASSES * NB_CUDA_GRAPH_MAX_SIZES; i++) {
 #if NIBBLE_HAVE_CUDA
         nb_cuda_graph_free(m->graph[i].g);
 #endif
@@ -180,7 +186,7 @@ static int cr_graph_fresh(nb_cuda_runner *m, const cr_graph *g)
  * failure leaves the size eager for good, with a warning. */
 static void cr_capture(nb_cuda_runner *m, int gi, const nb_fwd_index *ix)
 {
-    cr_graph *g = &m->graph[2 * gi + ix->dsa_live];
+    cr_graph *g = &m->graph[CR_CLASSES * gi + cr_class(ix->dsa_live, ix->long_ctx)];
     const int bs = m->sizes.bs[gi];
     nb_ops_ctx *ops = m->dev->ops;
     int64_t t0 = nb_now_ns();
@@ -204,7 +210,8 @@ static void cr_capture(nb_cuda_runner *m, int gi, const nb_fwd_index *ix)
     m->stats.captures++;
     m->stats.capture_ms += ms;
     NB_LOG_INFO("cuda", "CUDA graph for decode batch %d%s: %d nodes captured in %.1f ms", bs,
-                ix->dsa_live ? " (DSA selection live)" : "", nb_cuda_graph_nodes(g->g), ms);
+                ix->dsa_live ? " (DSA selection live)" : ix->long_ctx ? " (long context)" : "", nb_cuda_graph_nodes(g->g),
+                ms);
 }
 
 /* A decode-only step of n <= max_bs sequences through the graph of size bucket gi. */
@@ -227,8 +234,8 @@ static nb_status cr_graph_step(nb_cuda_runner *m, const nb_batch *b, int gi, flo
     const nb_graph_image_layout L = nb_graph_image_layout_for(m->max_bs);
     const nb_fwd_index ix = {m->gidx + L.ids,        m->gidx + L.pos,  m->gidx + L.slot_base,
                              m->gidx + L.slot_table, m->gidx + L.rows, m->gidx + L.lrows,
-                             nb_forward_dsa_live(m->dev, b)};
-    cr_graph *g = &m->graph[2 * gi + ix.dsa_live];
+                             nb_forward_dsa_live(m->dev, b), nb_forward_long_ctx(m->dev, b)};
+    cr_graph *g = &m->graph[CR_CLASSES * gi + cr_class(ix.dsa_live, ix.long_ctx)];
     if (g->g && !cr_graph_fresh(m, g)) { /* an eager step grew the scratch it reads */
         NB_TRY(nb_ops_sync(ops));          /* its last replay may still be running */
         nb_cuda_graph_free(g->g);
@@ -261,7 +268,8 @@ static nb_status cr_forward(nb_runner *r, const nb_batch *b, float *logits)
     /* NB_DUMP needs the eager pass (it downloads intermediates) */
     if (!prof && m->graphs_on && nb_graph_batch_is_decode(b) && !nb_dump_enabled()) {
         int gi = nb_graph_bucket(&m->sizes, b->n_seqs);
-        if (gi >= 0 && !m->graph[2 * gi + nb_forward_dsa_live(m->dev, b)].failed)
+        const int cl = cr_class(nb_forward_dsa_live(m->dev, b), nb_forward_long_ctx(m->dev, b));
+        if (gi >= 0 && !m->graph[CR_CLASSES * gi + cl].failed)
             return cr_graph_step(m, b, gi, logits);
     }
 #endif
@@ -344,7 +352,7 @@ void nb_cuda_runner_graph_stats(const nb_runner *r, nb_cuda_graph_stats *out)
     out->n_sizes = m->graphs_on ? m->sizes.n : 0;
     out->captured = 0;
 #if NIBBLE_HAVE_CUDA
-    for (int i = 0; i < 2 * m->sizes.n; i++) out->captured += m->graph[i].g != NULL;
+    for (int i = 0; i < CR_CLASSES * m->sizes.n; i++) out->captured += m->graph[i].g != NULL;
 #endif
 }
 

@@ -21,7 +21,9 @@ typedef struct nb_cuda_runner_opts {
  * of range.
  * Steps: decode-only batches (one token per sequence) of up to graph_max_bs sequences replay
  * a CUDA graph of the next captured size (engine/cuda_graph.h: sizes, padding), captured
- * lazily the first time a size is used (that step runs eagerly, then the capture follows);
+ * lazily the first time a size is used with the batch's attention class (a dense step over
+ * short or long contexts, or a live DSA selection: the kernels differ; that step runs eagerly,
+ * then the capture follows);
  * other steps run eagerly (nb_forward). forward(r, b, NULL) keeps the logits on the device:
  * nb_cuda_runner_logits then gives them. The KV pool has one slot more than reserve_kv asks
  * for: the padding rows' scratch slot. */
@@ -41,7 +43,7 @@ nb_ops_ctx *nb_cuda_runner_ops(const nb_runner *r);
 typedef struct nb_cuda_graph_stats {
     int enabled;             /* graphs on (a CUDA runner without --disable-cuda-graph) */
     int max_bs, n_sizes;     /* largest captured size, number of sizes */
-    int captured;            /* sizes holding a graph now */
+    int captured;            /* graphs held now (a size holds one per attention class: cuda_runner.c) */
     int64_t replays;         /* steps run by replaying a graph */
     int64_t captures;        /* captures made (a size is captured again when scratch moved) */
     int64_t capture_failures;

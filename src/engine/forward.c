@@ -468,7 +468,7 @@ static nb_status fwd_setup(nb_model *m, nb_kv_pool *pool, int T, int R, const nb
     f->acat = take(&bufs, sizes[n++]);
     f->o2 = take(&bufs, sizes[n++]);
     NB_ASSERT(n == FWD_N_BUFS);
-    f->idx = (nb_attn_index){T, f->pos, f->slot_base, f->slot_table};
+    f->idx = (nb_attn_index){T, f->pos, f->slot_base, f->slot_table, ix->long_ctx};
     return NB_OK;
 }
 
@@ -538,6 +538,32 @@ int nb_forward_dsa_live(const nb_model *m, const nb_batch *b)
     return 0;
 }
 
+static int g_long_ctx; /* nb_forward_force_long_ctx; 0: NIBBLE_MLA_LONG_CTX or NB_FWD_LONG_CTX */
+
+void nb_forward_force_long_ctx(int positions) { g_long_ctx = positions > 0 ? positions : 0; }
+
+static int64_t long_ctx_threshold(void)
+{
+    if (g_long_ctx) return g_long_ctx;
+    static int env = -1; /* read once: a step's class must not change under a captured graph */
+    if (env < 0) {
+        const char *e = getenv("NIBBLE_MLA_LONG_CTX");
+        const long v = e ? strtol(e, NULL, 10) : 0;
+        env = v >= 1 && v <= INT32_MAX ? (int)v : NB_FWD_LONG_CTX;
+    }
+    return env;
+}
+
+int nb_forward_long_ctx(const nb_model *m, const nb_batch *b)
+{
+    const nb_model_config *c = &m->cfg;
+    if (c->attn != NB_ATTN_MLA) return 0;
+    const int64_t th = long_ctx_threshold();
+    for (int s = 0; s < b->n_seqs; s++)
+        if ((int64_t)b->seqs[s].start_pos + b->seqs[s].n_tokens >= th) return 1;
+    return 0;
+}
+
 void nb_forward_fill_index(const nb_batch *b, int32_t *ids, int32_t *pos, int32_t *sbase, int32_t *stab, int32_t *rows,
                            int32_t *lrows)
 {
@@ -587,7 +613,8 @@ static nb_status forward_eager(nb_model *m, nb_kv_pool *pool, const nb_batch *b,
     }
     if (st == NB_OK) {
         const int64_t d = didx - hidx;
-        nb_fwd_index ix = {ids + d, pos + d, sbase + d, stab + d, rows + d, lrows + d, nb_forward_dsa_live(m, b)};
+        nb_fwd_index ix = {ids + d,   pos + d,   sbase + d, stab + d, rows + d, lrows + d, nb_forward_dsa_live(m, b),
+                           nb_forward_long_ctx(m, b)};
         fwd f;
         float *final_rows;
         st = fwd_setup(m, pool, T, R, &ix, &f, &final_rows);

@@ -126,6 +126,7 @@ void nb_forward_fill_index(const nb_batch *b, int32_t *ids, int32_t *pos, int32_
 typedef struct nb_fwd_index {
     const int32_t *ids, *pos, *slot_base, *slot_table, *rows, *lrows;
     int dsa_live; /* nb_forward_dsa_live of the step's batch */
+    int long_ctx; /* nb_forward_long_ctx of the step's batch (nb_attn_index.long_ctx) */
 } nb_fwd_index;
 
 /* 1 when some token of the batch sits at a position >= index_topk on a DSA model, so its
@@ -133,6 +134,19 @@ typedef struct nb_fwd_index {
  * position whatever the index scores): the pass then skips the indexer's query side and
  * runs the weights flagged NB_WEIGHT_FEEDS_DSA at the backend's usual precision (ops.h). */
 int nb_forward_dsa_live(const nb_model *m, const nb_batch *b);
+
+/* 1 when some token of the batch attends to at least NB_FWD_LONG_CTX positions (its position
+ * + 1; NIBBLE_MLA_LONG_CTX=N sets another threshold, nb_forward_force_long_ctx another still)
+ * on an MLA model (GLM-5, DeepSeek-V3); 0 otherwise. The attention op's hint
+ * (ops.h nb_attn_index.long_ctx): on BF16 pools the CUDA backend runs its float32 MLA kernel
+ * for steps of 1-2 tokens over short contexts and its wgmma kernel over long ones
+ * (docs/cuda-backend.md, "The automatic MLA kernel on BF16 pools"). */
+int nb_forward_long_ctx(const nb_model *m, const nb_batch *b);
+#define NB_FWD_LONG_CTX 512
+
+/* Tests: the threshold of nb_forward_long_ctx (positions >= 1), or <= 0 for the environment's
+ * or the default. */
+void nb_forward_force_long_ctx(int positions);
 
 /* Enqueue one step of T tokens whose index arrays are already in the model's memory,
  * writing R logit rows to `logits` ([R, vocab], model memory). The activations live in

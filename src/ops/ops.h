@@ -277,6 +277,11 @@ typedef struct nb_attn_index {
     const int32_t *pos;        /* [n_tokens] */
     const int32_t *slot_base;  /* [n_tokens] offsets into slot_table */
     const int32_t *slot_table; /* rows of the pool */
+    /* A hint from the host for kernel choices, never for results: 1 when some token of the
+     * step attends to many positions (engine/forward.h nb_forward_long_ctx), 0 otherwise or
+     * unknown. A backend picks its kernels from it (CUDA graphs are keyed on it), so results
+     * may differ in rounding with it, never in meaning. */
+    int long_ctx;
 } nb_attn_index;
 
 /* Optional sparse selection (DSA): token i attends only to positions sel[i*sel_stride + j],

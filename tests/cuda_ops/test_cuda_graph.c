@@ -8,15 +8,24 @@
  * device (forward with NULL, read through nb_cuda_runner_logits on the runner's stream).
  * Sequence 0's prompt (70 tokens) is longer than glm5-tiny's index_topk (64), so the steps
  * that hold it run a live DSA selection (the split form at batch 1) inside captured graphs.
+ * long_ctx_class: a dense MLA model (a small DeepSeek-V3 with its kv_lora_rank 512 and rope 64,
+ * the wgmma kernel's shapes) whose steps cross the long-context threshold (forced to 24
+ * positions): a size holds one graph per attention class, the MLA kernel follows the class
+ * (forward.h nb_forward_long_ctx; f32 at 1-2 tokens over short contexts, wg over long ones
+ * on a BF16 pool), and every step stays bitwise equal to the eager runner's.
  * Label gpu; exits 77 without a GPU.
  * Run: build-NAME/tests/test_cuda_graph */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda_runtime.h>
+
 #include "engine/cuda_runner.h"
+#include "engine/forward.h"
 #include "nbtest.h"
 #include "ops/cuda/device.h"
+#include "ops/cuda/mla.h"
 
 #define CTX 128      /* slots per sequence */
 #define MAX_SEQS 12
@@ -201,6 +210,89 @@ static void test_graph_vs_eager(void)
     free(le);
 }
 
+/* A dense MLA model with the wgmma kernel's latent shapes, small enough to build in seconds. */
+#define DENSE_MLA                                                                                                   \
+    "synthetic:deepseek-v3:num_hidden_layers=2,first_k_dense_replace=1,hidden_size=512,intermediate_size=1024,"   \
+    "moe_intermediate_size=256,n_routed_experts=8,num_experts_per_tok=2,n_group=1,topk_group=1,"                  \
+    "num_attention_heads=16,num_key_value_heads=16,q_lora_rank=256,vocab_size=512"
+#define LONG_AT 24 /* the forced threshold: a step is long once a token attends to 24 positions */
+
+/* The kernel the eager runner's last MLA call ran against what the class asks for. */
+static void check_kernel(int want, const char *what)
+{
+    const int got = nb_cuda_mla_last_kernel();
+    NB_CHECK_MSG(got == want, "%s: MLA kernel %d, want %d", what, got, want);
+}
+
+static void test_long_ctx_class(void)
+{
+    nb_cuda_runner_opts og = {0, 4, 0, NB_KV_CACHE_BF16}, oe = {0, 4, 1, NB_KV_CACHE_BF16};
+    double kv;
+    if (!nb_cuda_test_require_gpu()) {
+        nb_test_skip("no GPU");
+        return;
+    }
+    nb_forward_force_long_ctx(LONG_AT);
+    NB_CHECK_OK(nb_cuda_runner_create(DENSE_MLA, &og, 0.9, &G, &kv));
+    NB_CHECK_OK(nb_cuda_runner_create(DENSE_MLA, &oe, 0.9, &E, &kv));
+    if (!G || !E) {
+        nb_forward_force_long_ctx(0);
+        return;
+    }
+    NB_CHECK_OK(G->reserve_kv(G, 2 * CTX));
+    NB_CHECK_OK(E->reserve_kv(E, 2 * CTX));
+    V = G->vocab_size;
+    lg = malloc((size_t)2 * CTX * V * sizeof(float));
+    le = malloc((size_t)2 * CTX * V * sizeof(float));
+    /* what the automatic choice gives this shape at 1-2 tokens on this device and a BF16 pool
+     * (the CUDA default for MLA): f32 short, wg long on an sm_90 GPU */
+    const nb_mla_dims d = {16, 128, 64, 128, 512};
+    nb_ops_ctx *ops = nb_cuda_runner_ops(E);
+    const int k_short = nb_cuda_mla_kernel_for(ops, &d, 1, 1, 0), k_long = nb_cuda_mla_kernel_for(ops, &d, 1, 1, 1);
+    fprintf(stderr, "  MLA kernel %d over short contexts, %d over long ones at 1 token (0 f32, 3 wg)\n", k_short,
+            k_long);
+    int dev = 0, cc = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, dev);
+    NB_CHECK_MSG(cc != 9 || (k_short == NB_CUDA_MLA_F32 && k_long == NB_CUDA_MLA_WG),
+                 "an sm_90 GPU: the automatic choice is f32 short and wg long at 1 token, not %d and %d", k_short,
+                 k_long);
+    int a[2] = {0, 1}, l[2] = {LONG_AT - 4, 6};
+    seq_init(0, l[0]);
+    seq_init(1, l[1]);
+    nb_cuda_graph_stats g0, g1;
+    stats(&g0);
+    int bad = prefill(a, 2, l, "prefill two sequences");
+    /* sequence 0 alone: positions 20..27, long from the step where it attends to 24 */
+    for (int k = 0; k < 8 && !bad; k++) {
+        bad |= decode(a, 1, 0, "decode batch 1 across the threshold");
+        check_kernel(S[0].len >= LONG_AT ? k_long : k_short, "batch 1");
+    }
+    stats(&g1);
+    NB_CHECK_MSG(g1.captures - g0.captures == 2 && g1.replays - g0.replays == 6 && g1.captured == 2,
+                 "batch 1: %lld captures, %lld replays, %d graphs held (want 2, 6, 2: one per class)",
+                 (long long)(g1.captures - g0.captures), (long long)(g1.replays - g0.replays), g1.captured);
+    /* sequence 1 alone (short), then both (one long: the batch is long) */
+    for (int k = 0; k < 2 && !bad; k++) {
+        bad |= decode(a + 1, 1, 0, "decode batch 1, short again");
+        check_kernel(k_short, "batch 1, short");
+    }
+    for (int k = 0; k < 3 && !bad; k++) {
+        bad |= decode(a, 2, k & 1, "decode batch 2, one long");
+        check_kernel(nb_cuda_mla_kernel_for(ops, &d, 2, 1, 1), "batch 2");
+    }
+    stats(&g0);
+    NB_CHECK_MSG(g0.captures - g1.captures == 1 && g0.replays - g1.replays == 4 && g0.captured == 3,
+                 "then: %lld captures, %lld replays, %d graphs held (want 1, 4, 3)",
+                 (long long)(g0.captures - g1.captures), (long long)(g0.replays - g1.replays), g0.captured);
+    NB_CHECK(g0.capture_failures == 0);
+    nb_forward_force_long_ctx(0);
+    G->destroy(G);
+    E->destroy(E);
+    free(lg);
+    free(le);
+}
+
 static void test_bad_max_bs(void)
 {
     nb_cuda_runner_opts o = {0, 5000, 0, NB_KV_CACHE_AUTO};
@@ -213,6 +305,7 @@ static void test_bad_max_bs(void)
 
 static const nb_test tests[] = {
     {"graph_vs_eager", test_graph_vs_eager},
+    {"long_ctx_class", test_long_ctx_class},
     {"bad_max_bs", test_bad_max_bs},
 };
 

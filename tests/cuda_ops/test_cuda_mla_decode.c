@@ -28,6 +28,7 @@
 
 #include "base/clock.h"
 #include "cuda_test_util.h"
+#include "engine/forward.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/device.h"
@@ -274,7 +275,9 @@ static void batch_make(dec_batch *b, int B, int ctx)
                 gb, (long long)rw2);
     }
     for (int64_t r = 0; r < rows; r++) table[r] = (int32_t)(perm[r / 64] * 64 + r % 64);
-    b->di = (nb_attn_index){B, tu_up(pos, (size_t)B * 4), tu_up(base, (size_t)B * 4), tu_up(table, (size_t)rows * 4)};
+    /* the engine's hint for this context (forward.h nb_forward_long_ctx): the automatic choice is the model's */
+    b->di = (nb_attn_index){B, tu_up(pos, (size_t)B * 4), tu_up(base, (size_t)B * 4), tu_up(table, (size_t)rows * 4),
+                            ctx >= NB_FWD_LONG_CTX};
     if (ld == rw) dpool = tu_up(pool, pn * 4);
     if (pool16 && ld == rw) dpool16 = tu_up(pool16, pn * 2);
     memset(&b->dl16, 0, sizeof b->dl16), memset(&b->dp16, 0, sizeof b->dp16);
@@ -588,7 +591,7 @@ static void time_pick(int B, int ctx)
         for (int k = 0; k < 3; k++) t[rep][k] = graph_ms(&b, ks[k], 0, iters);
     b.use16 = 0;
     fprintf(stderr, "    mla pick B=%-5d ctx %-5d BF16 rows, op (graph): f32 %.3f / %.3f  mma %.3f / %.3f  wg %.3f / %.3f ms;  auto=%s\n",
-            B, ctx, t[0][0], t[1][0], t[0][1], t[1][1], t[0][2], t[1][2], kname(nb_cuda_mla_kernel_pool(tu_gpu, &b.d, B, 1)));
+            B, ctx, t[0][0], t[1][0], t[0][1], t[1][1], t[0][2], t[1][2], kname(nb_cuda_mla_kernel_for(tu_gpu, &b.d, B, 1, b.di.long_ctx)));
     batch_free(&b);
 }
 

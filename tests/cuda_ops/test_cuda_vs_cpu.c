@@ -774,8 +774,8 @@ static void dsa_case(dsa_spec c)
             if (r % 16)
                 for (int e = 0; e < hd; e++) pool[(size_t)r * rw + off + e] = -fabsf(pool[(size_t)r * rw + off + e]);
     }
-    const nb_attn_index hix = {T, pos, base, tab};
-    const nb_attn_index dix = {T, tu_up(pos, T * 4), tu_up(base, T * 4), tu_up(tab, (size_t)n_pos * 4)};
+    const nb_attn_index hix = {T, pos, base, tab, 0};
+    const nb_attn_index dix = {T, tu_up(pos, T * 4), tu_up(base, T * 4), tu_up(tab, (size_t)n_pos * 4), 0};
     nb_tensor hq = nb_tensor_3d(q, F32, T, nh, hd), hw = nb_tensor_2d(w, F32, T, nh);
     nb_tensor hk = nb_tensor_2d(pool + off, F32, rows, hd);
     hk.stride[0] = rw;
@@ -1068,7 +1068,7 @@ static int dsa_time(int T, int ctx, int G)
     tu_fill(w, (size_t)T * nh, 0.2f);
     for (int t = 0; t < T; t++) pos[t] = ctx - 1;
     for (int p = 0; p < ctx; p++) tab[p] = (int32_t)(((int64_t)p * 7919) % ctx); /* scrambled rows */
-    nb_attn_index ix = {T, tu_up(pos, (size_t)T * 4), tu_up(base, (size_t)T * 4), tu_up(tab, (size_t)ctx * 4)};
+    nb_attn_index ix = {T, tu_up(pos, (size_t)T * 4), tu_up(base, (size_t)T * 4), tu_up(tab, (size_t)ctx * 4), 0};
     nb_tensor dq = nb_tensor_3d(tu_up(q, (size_t)T * nh * hd * 4), F32, T, nh, hd);
     nb_tensor dw = nb_tensor_2d(tu_up(w, (size_t)T * nh * 4), F32, T, nh);
     nb_tensor dk = nb_tensor_2d(tu_up(pool, (size_t)ctx * rw * 4), F32, ctx, hd);

@@ -792,7 +792,11 @@ extern "C" int nb_cuda_mla_kernel_pool(nb_ops_ctx *ctx, const nb_mla_dims *d, in
     return nb_cuda_mla_kernel_for(ctx, d, n_tokens, pool_bf16, 0);
 }
 
-extern "C" int nb_cuda_mla_kernel_for(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_tokens, int pool_bf16, int sparse)
+static int g_last_kernel = -1; /* nb_cuda_mla_last_kernel */
+
+extern "C" int nb_cuda_mla_last_kernel(void) { return g_last_kernel; }
+
+extern "C" int nb_cuda_mla_kernel_for(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_tokens, int pool_bf16, int long_ctx)
 {
     int max_smem = 0;
     cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, nb_cuda_st(ctx)->device);
@@ -831,11 +835,13 @@ extern "C" int nb_cuda_mla_kernel_for(nb_ops_ctx *ctx, const nb_mla_dims *d, int
      * a graph): wg beat f32 at every batch of 2-64 tokens and context 128-2048 but 1-2 tokens
      * at context 128-192 (27-33 us against 32-36) and 1 token at 512 (31 against 33); at context
      * 2048 (a live DSA selection attends up to index_topk = 2048 positions) it is 1.6-7x faster
-     * (B 1: 38 against 61 us; B 32: 0.118 against 0.834 ms). So f32 keeps 1-2 tokens of dense
-     * attention, wg takes the rest; `sparse` is known when a graph is captured (cuda_runner.c
-     * keys graphs on the selection being live). */
+     * (B 1: 38 against 61 us; B 32: 0.118 against 0.834 ms), at 512 even at B 2 (37 against 43)
+     * and close at B 1 (33 against 31; the two cross near 640 by the slopes). So f32 keeps 1-2
+     * tokens over short contexts, wg takes the rest: sparse steps and dense ones where a token
+     * attends to NB_FWD_LONG_CTX = 512 positions or more (the engine's hint, engine/forward.h;
+     * known when a graph is captured: cuda_runner.c keys graphs on it). */
     if (pool_bf16 && tc == NB_CUDA_MLA_WG)
-        return !sparse && n_tokens <= NB_CUDA_MLA_F32_MAX_TOKENS ? NB_CUDA_MLA_F32 : NB_CUDA_MLA_WG;
+        return !long_ctx && n_tokens <= NB_CUDA_MLA_F32_MAX_TOKENS ? NB_CUDA_MLA_F32 : NB_CUDA_MLA_WG;
     if ((int64_t)n_tokens * ((d->n_heads + MLA_G - 1) / MLA_G) < nb_cuda_st(ctx)->sm_count) return NB_CUDA_MLA_F32;
     return tc;
 }
@@ -914,12 +920,13 @@ static nb_status mla_tile(nb_ops_ctx *ctx, const nb_mla_dims *d, const nb_cuda_m
                     (!p16 || (r % 8 == 0 && rope % 8 == 0));
     /* a device whose opt-in shared memory is below the mma kernel's runs the float32 one; wg
      * on rows that are not 16-byte aligned runs dec (F32 rows) or mma (BF16 rows) */
-    int kern = nb_cuda_mla_kernel_for(ctx, d, T, p16, sel != NULL);
+    int kern = nb_cuda_mla_kernel_for(ctx, d, T, p16, sel != NULL || idx->long_ctx);
     if (kern == NB_CUDA_MLA_WG && !vec) kern = p16 ? NB_CUDA_MLA_MMA : NB_CUDA_MLA_DEC;
     const int wg = kern == NB_CUDA_MLA_WG;
     const int dec = kern == NB_CUDA_MLA_DEC || wg; /* wg: the same grid (dec where rows are unaligned) */
     const int mma = kern == NB_CUDA_MLA_MMA && mma_smem(r, rope) <= (size_t)max_smem,
               fg = f32_group(T), G = dec ? MLA_DEC_G : mma ? MMA_G : fg;
+    g_last_kernel = wg ? NB_CUDA_MLA_WG : dec ? NB_CUDA_MLA_DEC : mma ? NB_CUDA_MLA_MMA : NB_CUDA_MLA_F32;
     const int steps = g_steps ? g_steps : 15; /* timings: nb_cuda_mla_force_gemm_steps */
     const int groups = (H + G - 1) / G, S = mla_splits(T, groups, cs->sm_count);
     /* small: the absorption kernels of mla_small.cu (mla.h), float32 q_lat / o_lat, the split

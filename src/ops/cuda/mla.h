@@ -153,11 +153,14 @@ int nb_cuda_mla_kernel(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_tokens);
  * 16-byte aligned (BF16: or rank / rope not multiples of 8) runs mma instead of wg inside the
  * op (F32: dec), which this does not see. */
 int nb_cuda_mla_kernel_pool(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_tokens, int pool_bf16);
-/* The same where the attention is sparse (a live DSA selection: up to index_topk positions per
- * token) or not. Automatic on BF16 pools where the wgmma kernel takes the shapes: the float32
- * kernel for dense steps of 1..NB_CUDA_MLA_F32_MAX_TOKENS tokens, wg otherwise (measured,
- * mla.cu); on F32 pools the float32 kernel while tokens x head groups < SMs. */
-int nb_cuda_mla_kernel_for(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_tokens, int pool_bf16, int sparse);
+/* The same where the step attends to many positions (`long_ctx`: a live DSA selection, up to
+ * index_topk positions per token, or the index's long_ctx hint, ops.h) or not. Automatic on
+ * BF16 pools where the wgmma kernel takes the shapes: the float32 kernel for short steps of
+ * 1..NB_CUDA_MLA_F32_MAX_TOKENS tokens, wg otherwise (measured, mla.cu); on F32 pools the
+ * float32 kernel while tokens x head groups < SMs. */
+int nb_cuda_mla_kernel_for(nb_ops_ctx *ctx, const nb_mla_dims *d, int n_tokens, int pool_bf16, int long_ctx);
+/* Tests: the kernel (NB_CUDA_MLA_*) the op's last tile ran; -1 before any. */
+int nb_cuda_mla_last_kernel(void);
 #define NB_CUDA_MLA_F32_MAX_TOKENS 2
 
 /* The small-batch path (mla_small.cu): at 1..NB_CUDA_MLA_SMALL_MAX tokens the two absorption
