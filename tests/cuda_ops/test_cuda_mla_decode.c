@@ -19,7 +19,9 @@
  *       line alone, none of the other timings.
  *   test_cuda_mla_decode pick CTX B1,B2,..  the op on a BF16 pool (made whatever
  *       NB_TEST_MLA_ROWS16 says) with the f32, mma and wg kernels forced, A B C A B C, beside the
- *       automatic choice.
+ *       automatic choice (with the engine's long-context hint for CTX, forward.h).
+ *       NB_TEST_MLA_HEADS=128: `time` and `pick` on DeepSeek-V3's attention shapes (128 heads,
+ *       nope 128, v 128) instead of GLM-5's.
  *   The correctness run also repeats the kernels' cases on BF16 pools (dec forced falls back
  *   to mma there, wg on unaligned rows too), against the CPU op on the same values in F32.
  * GPU only (exit 77 without one). */
@@ -206,7 +208,10 @@ typedef struct dec_batch {
 
 static void batch_make(dec_batch *b, int B, int ctx)
 {
-    const nb_mla_dims d = {64, 192, 64, 256, 512};
+    /* GLM-5's attention shapes, or DeepSeek-V3's with NB_TEST_MLA_HEADS=128 (timings only) */
+    const char *he = getenv("NB_TEST_MLA_HEADS");
+    const nb_mla_dims d = he && !strcmp(he, "128") ? (nb_mla_dims){128, 128, 64, 128, 512}
+                                                   : (nb_mla_dims){64, 192, 64, 256, 512};
     const int qk = d.qk_nope + d.qk_rope, rw = d.kv_lora_rank + d.qk_rope;
     const int64_t rows = (int64_t)B * ctx;
     b->d = d, b->B = B, b->ctx = ctx;
