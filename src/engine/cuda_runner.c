@@ -234,7 +234,7 @@ static nb_status cr_graph_step(nb_cuda_runner *m, const nb_batch *b, int gi, flo
     const nb_graph_image_layout L = nb_graph_image_layout_for(m->max_bs);
     const nb_fwd_index ix = {m->gidx + L.ids,        m->gidx + L.pos,  m->gidx + L.slot_base,
                              m->gidx + L.slot_table, m->gidx + L.rows, m->gidx + L.lrows,
-                             nb_forward_dsa_live(m->dev, b), nb_forward_long_ctx(m->dev, b)};
+                             nb_forward_dsa_live(m->dev, b), nb_forward_long_ctx(m->dev, b), 0};
     cr_graph *g = &m->graph[CR_CLASSES * gi + cr_class(ix.dsa_live, ix.long_ctx)];
     if (g->g && !cr_graph_fresh(m, g)) { /* an eager step grew the scratch it reads */
         NB_TRY(nb_ops_sync(ops));          /* its last replay may still be running */

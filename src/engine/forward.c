@@ -468,7 +468,7 @@ static nb_status fwd_setup(nb_model *m, nb_kv_pool *pool, int T, int R, const nb
     f->acat = take(&bufs, sizes[n++]);
     f->o2 = take(&bufs, sizes[n++]);
     NB_ASSERT(n == FWD_N_BUFS);
-    f->idx = (nb_attn_index){T, f->pos, f->slot_base, f->slot_table, ix->long_ctx};
+    f->idx = (nb_attn_index){T, f->pos, f->slot_base, f->slot_table, ix->long_ctx, ix->max_ctx};
     return NB_OK;
 }
 
@@ -613,8 +613,10 @@ static nb_status forward_eager(nb_model *m, nb_kv_pool *pool, const nb_batch *b,
     }
     if (st == NB_OK) {
         const int64_t d = didx - hidx;
-        nb_fwd_index ix = {ids + d,   pos + d,   sbase + d, stab + d, rows + d, lrows + d, nb_forward_dsa_live(m, b),
-                           nb_forward_long_ctx(m, b)};
+        int max_ctx = 0;
+        for (int s = 0; s < b->n_seqs; s++) max_ctx = NB_MAX(max_ctx, b->seqs[s].start_pos + b->seqs[s].n_tokens);
+        nb_fwd_index ix = {ids + d, pos + d, sbase + d, stab + d, rows + d, lrows + d, nb_forward_dsa_live(m, b),
+                           nb_forward_long_ctx(m, b), max_ctx};
         fwd f;
         float *final_rows;
         st = fwd_setup(m, pool, T, R, &ix, &f, &final_rows);

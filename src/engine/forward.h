@@ -127,6 +127,7 @@ typedef struct nb_fwd_index {
     const int32_t *ids, *pos, *slot_base, *slot_table, *rows, *lrows;
     int dsa_live; /* nb_forward_dsa_live of the step's batch */
     int long_ctx; /* nb_forward_long_ctx of the step's batch (nb_attn_index.long_ctx) */
+    int max_ctx;  /* nb_attn_index.max_ctx: the batch's largest start_pos + n_tokens, or 0 (graphs) */
 } nb_fwd_index;
 
 /* 1 when some token of the batch sits at a position >= index_topk on a DSA model, so its

@@ -282,6 +282,10 @@ typedef struct nb_attn_index {
      * unknown. A backend picks its kernels from it (CUDA graphs are keyed on it), so results
      * may differ in rounding with it, never in meaning. */
     int long_ctx;
+    /* 0, or a bound the host knows: every token's pos + 1 <= max_ctx. A CUDA graph's step passes
+     * 0 (a replay runs at other contexts), so an op sizes work by it only where it is not 0 (the
+     * CUDA DSA select's prefill form, dsa.cu). */
+    int max_ctx;
 } nb_attn_index;
 
 /* Optional sparse selection (DSA): token i attends only to positions sel[i*sel_stride + j],

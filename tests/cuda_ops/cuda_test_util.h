@@ -237,9 +237,9 @@ static void tu_index_make(tu_index *x, int n_seq, const int *n_new, const int *n
     }
     x->T = t;
     x->n_slots_used = base;
-    x->h = (nb_attn_index){t, x->pos, x->slot_base, x->slot_table, 0};
+    x->h = (nb_attn_index){t, x->pos, x->slot_base, x->slot_table, 0, 0};
     x->d = (nb_attn_index){t, tu_up(x->pos, (size_t)t * 4), tu_up(x->slot_base, (size_t)t * 4),
-                           tu_up(x->slot_table, (size_t)base * 4), 0};
+                           tu_up(x->slot_table, (size_t)base * 4), 0, 0};
 }
 
 #endif

@@ -116,8 +116,8 @@ static void make_case(mcase *c, int B, int ctx)
         fr[i] = table[base[i] + pos[i]]; /* the token's own row: written by the step */
         iota[i] = i;
     }
-    nb_attn_index hi = {B, pos, base, table, 0};
-    c->di = (nb_attn_index){B, tu_up(pos, (size_t)B * 4), tu_up(base, (size_t)B * 4), tu_up(table, (size_t)rows * 4), 0};
+    nb_attn_index hi = {B, pos, base, table, 0, 0};
+    c->di = (nb_attn_index){B, tu_up(pos, (size_t)B * 4), tu_up(base, (size_t)B * 4), tu_up(table, (size_t)rows * 4), 0, 0};
     c->d_rows = tu_up(fr, (size_t)B * 4);
     c->d_iota = tu_up(iota, (size_t)B * 4);
     /* the step's own rows, as set_rows will write them */

@@ -705,6 +705,8 @@ typedef struct dsa_spec {
     int zeros;     /* 15 of 16 key rows negative against positive queries: those score exactly 0 */
     int outside;   /* every third past position's row is outside the pool (-1 or rows + 5): never
                       selected. The CPU op refuses such an index: a host reference skips them */
+    int tile;      /* the prefill form forced on (nb_cuda_dsa_force_tile; the mma form's scores):
+                      also checked id for id against the mma form, one block per token */
 } dsa_spec;
 
 static int dsa_by_score(const void *x, const void *y)
@@ -774,8 +776,11 @@ static void dsa_case(dsa_spec c)
             if (r % 16)
                 for (int e = 0; e < hd; e++) pool[(size_t)r * rw + off + e] = -fabsf(pool[(size_t)r * rw + off + e]);
     }
-    const nb_attn_index hix = {T, pos, base, tab, 0};
-    const nb_attn_index dix = {T, tu_up(pos, T * 4), tu_up(base, T * 4), tu_up(tab, (size_t)n_pos * 4), 0};
+    const nb_attn_index hix = {T, pos, base, tab, 0, 0};
+    int max_ctx = 0; /* the host's bound (ops.h), as the engine's eager steps give it */
+    for (int s = 0; s < 3; s++)
+        if (c.fresh[s] && c.past[s] + c.fresh[s] > max_ctx) max_ctx = c.past[s] + c.fresh[s];
+    const nb_attn_index dix = {T, tu_up(pos, T * 4), tu_up(base, T * 4), tu_up(tab, (size_t)n_pos * 4), 0, max_ctx};
     nb_tensor hq = nb_tensor_3d(q, F32, T, nh, hd), hw = nb_tensor_2d(w, F32, T, nh);
     nb_tensor hk = nb_tensor_2d(pool + off, F32, rows, hd);
     hk.stride[0] = rw;
@@ -825,15 +830,30 @@ static void dsa_case(dsa_spec c)
             dsp = tu_poisoned(sel_bytes), dsc = tu_poisoned(T * 4);
         }
     }
+    /* the prefill form takes 32 heads, aligned rows, topk % 16 == 0 and a context above topk */
+    const int tile_ok = c.tile && !c.unaligned && nh == 32 && topk % 16 == 0 && max_ctx > topk;
+    if (c.tile) { /* the mma form (or, where the prefill form is not taken, the form that then runs), one
+                   * block per token, first: the prefill form must give its ids exactly */
+        nb_cuda_dsa_force_form(tile_ok ? 2 : c.form);
+        nb_cuda_dsa_force_split(0);
+        NB_CHECK_OK(nb_op_dsa_select(tu_gpu, &dq, &dw, sm, &dk, &dix, topk, dsp, dsc));
+        NB_CHECK_OK(nb_ops_download(tu_gpu, sp1, dsp, sel_bytes));
+        NB_CHECK_OK(nb_ops_download(tu_gpu, sc1, dsc, T * 4));
+        dsp = tu_poisoned(sel_bytes), dsc = tu_poisoned(T * 4);
+        nb_cuda_dsa_force_form(c.form);
+        nb_cuda_dsa_force_tile(1);
+    }
     nb_cuda_dsa_force_split(c.split);
     NB_CHECK_OK(nb_op_dsa_select(tu_gpu, &dq, &dw, sm, &dk, &dix, topk, dsp, dsc));
     G = nb_cuda_dsa_last_splits();
     /* the form that ran: the one asked for, or the next that takes the shape */
-    const int want = c.unaligned ? 0 : c.form, ran = nb_cuda_dsa_last_form();
+    const int want = tile_ok ? 3 : c.unaligned ? 0 : c.form, ran = nb_cuda_dsa_last_form();
     NB_CHECK_MSG(ran == want, "form %d asked, %d expected, %d ran", c.form, want, ran);
     nb_cuda_dsa_force_split(-1);
     nb_cuda_dsa_force_form(-1);
-    NB_CHECK_MSG(c.split == 1 ? G >= 2 : G == (c.split ? c.split : 1), "split %d ran with G = %d", c.split, G);
+    nb_cuda_dsa_force_tile(-1);
+    const int want_g = tile_ok ? (max_ctx + topk - 1) / topk : c.split > 1 ? c.split : 1;
+    NB_CHECK_MSG(c.split == 1 ? G >= 2 : G == want_g, "split %d ran with G = %d (want %d)", c.split, G, want_g);
     NB_CHECK_OK(nb_ops_download(tu_gpu, sp2, dsp, sel_bytes));
     NB_CHECK_OK(nb_ops_download(tu_gpu, sc2, dsc, T * 4));
     int mism = 0, ties = 0, split_diff = 0;
@@ -844,7 +864,7 @@ static void dsa_case(dsa_spec c)
             for (int j = 0; j < sc2[i]; j++)
                 NB_CHECK_MSG(sp[i * topk + j] == j && sp2[i * topk + j] == j, "token %d entry %d: ref %d cuda %d", i, j,
                              sp[i * topk + j], sp2[i * topk + j]);
-        if (c.split) {
+        if (c.split || c.tile) {
             NB_CHECK_MSG(sc1[i] == sc2[i], "token %d: count unsplit %d split %d", i, sc1[i], sc2[i]);
             for (int j = 0; j < sc1[i] && j < sc2[i]; j++)
                 if (sp1[i * topk + j] != sp2[i * topk + j] && split_diff++ < 8)
@@ -874,8 +894,10 @@ static void dsa_case(dsa_spec c)
     char tok[64] = "";
     for (int s = 0, k = 0; s < 3; s++)
         if (c.fresh[s]) k += snprintf(tok + k, sizeof tok - k, "%s%d@%d", k ? " " : "", c.fresh[s], c.past[s]);
-    char split[48] = "one block per token";
+    char split[64] = "one block per token";
     if (c.split) snprintf(split, sizeof split, "%d splits (%d ids unlike unsplit)", G, split_diff);
+    if (c.tile) snprintf(split, sizeof split, "prefill tiles%s, G %d (%d ids unlike mma)", tile_ok ? "" : " (not taken)", G,
+                         split_diff);
     fprintf(stderr, "    dsa_select topk %d, %d heads, %s form%s%s%s, tokens new@past %s, %s: %d mismatches, %d near-ties "
             "(worst gap %.2g)%s\n", topk, nh, c.form == 2 ? "mma" : c.form ? "lanes" : "warp", c.unaligned ? " (unaligned rows)" : "",
             c.zeros ? ", zero ties" : "", c.outside ? ", rows outside" : "", tok, split, mism, ties, worst_gap,
@@ -920,6 +942,19 @@ static void test_dsa_select(void)
         DSA(.topk = 256, .form = form, .split = 7, .fresh = {1, 1, 1}, .past = {5000, 2500, 100}, .outside = 1);
         DSA(.topk = 256, .form = form, .split = 7, .fresh = {1}, .past = {5000}, .zeros = 1, .outside = 1);
     }
+    /* the prefill form (its scores are the mma form's whatever form is asked): prefill chunks of
+     * one and of three sequences (token groups of 32 crossing sequences, tokens whose context
+     * fits in topk, the diagonal), GLM-5's topk, many splits, ties at 0, rows outside the pool,
+     * and the shapes it does not take (64 heads, unaligned rows: the asked form runs) */
+    DSA(.topk = 256, .form = 1, .tile = 1, .fresh = {200}, .past = {2000});
+    DSA(.topk = 256, .form = 1, .tile = 1, .fresh = {70, 40, 3}, .past = {3000, 150, 600});
+    DSA(.topk = 2048, .form = 2, .tile = 1, .fresh = {64}, .past = {5000});
+    DSA(.topk = 64, .form = 1, .tile = 1, .fresh = {33}, .past = {3000}); /* G 48 */
+    DSA(.topk = 256, .form = 1, .tile = 1, .fresh = {40}, .past = {1500}, .zeros = 1);
+    DSA(.topk = 256, .form = 1, .tile = 1, .fresh = {20, 10}, .past = {1200, 700}, .outside = 1);
+    DSA(.topk = 256, .form = 1, .tile = 1, .fresh = {300}, .past = {0}); /* a first chunk: the diagonal from 0 */
+    DSA(.topk = 256, .nh = 64, .form = 1, .tile = 1, .fresh = {20}, .past = {1100});
+    DSA(.topk = 256, .form = 1, .tile = 1, .unaligned = 1, .fresh = {20}, .past = {1100});
 }
 
 /* ---- MoE -------------------------------------------------------------------------------- */
@@ -1068,7 +1103,7 @@ static int dsa_time(int T, int ctx, int G)
     tu_fill(w, (size_t)T * nh, 0.2f);
     for (int t = 0; t < T; t++) pos[t] = ctx - 1;
     for (int p = 0; p < ctx; p++) tab[p] = (int32_t)(((int64_t)p * 7919) % ctx); /* scrambled rows */
-    nb_attn_index ix = {T, tu_up(pos, (size_t)T * 4), tu_up(base, (size_t)T * 4), tu_up(tab, (size_t)ctx * 4), 0};
+    nb_attn_index ix = {T, tu_up(pos, (size_t)T * 4), tu_up(base, (size_t)T * 4), tu_up(tab, (size_t)ctx * 4), 0, 0};
     nb_tensor dq = nb_tensor_3d(tu_up(q, (size_t)T * nh * hd * 4), F32, T, nh, hd);
     nb_tensor dw = nb_tensor_2d(tu_up(w, (size_t)T * nh * 4), F32, T, nh);
     nb_tensor dk = nb_tensor_2d(tu_up(pool, (size_t)ctx * rw * 4), F32, ctx, hd);
@@ -1114,12 +1149,89 @@ static int dsa_time(int T, int ctx, int G)
     return 0;
 }
 
+/* `test_cuda_vs_cpu dsa-prefill T CTX`: a prefill chunk at GLM-5's shape (32 heads x 128, topk
+ * 2048): T tokens of one sequence at positions CTX - T .. CTX - 1 (each attends causally), the
+ * host's bound max_ctx = CTX given as the engine's eager steps give it. One block per token in
+ * the lanes and the mma forms, the prefill form (k_dsa_tile, then the merge) and its scoring
+ * alone, A B C D A B C D, each the mean wall time of 3 eager calls after one (ms), and the
+ * prefill form's ids checked against the mma form's (they share their scores bit for bit). */
+static int dsa_prefill_time(int T, int ctx)
+{
+    const int nh = 32, hd = 128, topk = 2048, rw = hd + 4;
+    if (T < 1 || ctx < T) {
+        fprintf(stderr, "dsa-prefill: want 1 <= T <= CTX\n");
+        return 2;
+    }
+    float *pool = malloc((size_t)ctx * rw * 4), *q = malloc((size_t)T * nh * hd * 4), *w = malloc((size_t)T * nh * 4);
+    int32_t *pos = malloc((size_t)T * 4), *base = calloc((size_t)T, 4), *tab = malloc((size_t)ctx * 4);
+    tu_fill(pool, (size_t)ctx * rw, 1.0f);
+    tu_fill(q, (size_t)T * nh * hd, 1.0f);
+    tu_fill(w, (size_t)T * nh, 0.2f);
+    for (int t = 0; t < T; t++) pos[t] = ctx - T + t;
+    for (int p = 0; p < ctx; p++) tab[p] = (int32_t)(((int64_t)p * 7919) % ctx); /* scrambled rows */
+    nb_attn_index ix = {T, tu_up(pos, (size_t)T * 4), tu_up(base, (size_t)T * 4), tu_up(tab, (size_t)ctx * 4), 1, ctx};
+    nb_tensor dq = nb_tensor_3d(tu_up(q, (size_t)T * nh * hd * 4), F32, T, nh, hd);
+    nb_tensor dw = nb_tensor_2d(tu_up(w, (size_t)T * nh * 4), F32, T, nh);
+    nb_tensor dk = nb_tensor_2d(tu_up(pool, (size_t)ctx * rw * 4), F32, ctx, hd);
+    dq.device = dw.device = dk.device = NB_DEVICE_CUDA;
+    dk.stride[0] = rw;
+    const size_t sel = (size_t)T * topk * 4;
+    int32_t *sp = tu_poisoned(sel), *sc = tu_poisoned((size_t)T * 4);
+    int32_t *ids[2] = {malloc(sel), malloc(sel)}, *cnt[2] = {malloc((size_t)T * 4), malloc((size_t)T * 4)};
+    static const int form[4] = {1, 2, 2, 2}, tile[4] = {0, 0, 1, 1}, cap[4] = {-1, -1, -1, -2};
+    double ms[4][2];
+    for (int rep = 0; rep < 2; rep++)
+        for (int v = 0; v < 4; v++) {
+            nb_cuda_dsa_force_form(form[v]);
+            nb_cuda_dsa_force_split(0);
+            nb_cuda_dsa_force_tile(tile[v]);
+            nb_cuda_dsa_force_merge_cap(cap[v]);
+            NB_ASSERT(nb_op_dsa_select(tu_gpu, &dq, &dw, 1.0f / sqrtf((float)hd), &dk, &ix, topk, sp, sc) == NB_OK);
+            NB_ASSERT(nb_ops_sync(tu_gpu) == NB_OK);
+            const int64_t t0 = nb_now_ns();
+            for (int it = 0; it < 3; it++)
+                NB_ASSERT(nb_op_dsa_select(tu_gpu, &dq, &dw, 1.0f / sqrtf((float)hd), &dk, &ix, topk, sp, sc) == NB_OK);
+            NB_ASSERT(nb_ops_sync(tu_gpu) == NB_OK);
+            ms[v][rep] = (double)(nb_now_ns() - t0) / 1e6 / 3;
+            if (rep == 0 && (v == 1 || v == 2)) {
+                NB_ASSERT(nb_ops_download(tu_gpu, ids[v - 1], sp, sel) == NB_OK);
+                NB_ASSERT(nb_ops_download(tu_gpu, cnt[v - 1], sc, (size_t)T * 4) == NB_OK);
+            }
+        }
+    nb_cuda_dsa_force_merge_cap(-1);
+    nb_cuda_dsa_force_form(-1);
+    nb_cuda_dsa_force_split(-1);
+    nb_cuda_dsa_force_tile(-1);
+    int64_t diff = 0;
+    for (int t = 0; t < T; t++) {
+        diff += cnt[0][t] != cnt[1][t];
+        for (int j = 0; j < cnt[0][t] && j < cnt[1][t] && j < topk; j++) diff += ids[0][(size_t)t * topk + j] != ids[1][(size_t)t * topk + j];
+    }
+    double pairs = 0; /* (token, position) pairs scored: contexts above topk only */
+    for (int t = 0; t < T; t++) pairs += pos[t] + 1 > topk ? pos[t] + 1 : 0;
+    const double best = ms[2][0] < ms[2][1] ? ms[2][0] : ms[2][1];
+    fprintf(stderr,
+            "dsa_select prefill T=%d ctx %d (32 x 128, topk 2048): one block per token lanes %.3f / %.3f ms, mma %.3f / "
+            "%.3f ms; prefill tiles %.3f / %.3f ms (scoring alone %.3f / %.3f; %.1f T MAC/s); ids unlike mma: %lld%s\n",
+            T, ctx, ms[0][0], ms[0][1], ms[1][0], ms[1][1], ms[2][0], ms[2][1], ms[3][0], ms[3][1],
+            pairs * nh * hd / (best * 1e-3) / 1e12, (long long)diff, diff ? "  <-- FAIL" : "");
+    free(ids[0]), free(ids[1]), free(cnt[0]), free(cnt[1]);
+    free(pool), free(q), free(w), free(pos), free(base), free(tab);
+    tu_free_all();
+    return diff ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     if (!nb_cuda_test_require_gpu()) return 77;
     if (!tu_open()) return 1;
     if ((argc == 4 || argc == 5) && !strcmp(argv[1], "dsa-time")) {
         int rc = dsa_time(atoi(argv[2]), atoi(argv[3]), argc == 5 ? atoi(argv[4]) : 0);
+        tu_close();
+        return rc;
+    }
+    if (argc == 4 && !strcmp(argv[1], "dsa-prefill")) {
+        int rc = dsa_prefill_time(atoi(argv[2]), atoi(argv[3]));
         tu_close();
         return rc;
     }

@@ -124,8 +124,8 @@ static void time_batch(int B, int ctx, nb_wfmt fmt, int kernel, int small, int h
         perm[j] = t;
     }
     for (int64_t r = 0; r < rows; r++) table[r] = (int32_t)(r / 64 < pages ? perm[r / 64] * 64 + r % 64 : r);
-    nb_attn_index hi = {B, pos, base, table, 0};
-    nb_attn_index di = {B, tu_up(pos, (size_t)B * 4), tu_up(base, (size_t)B * 4), tu_up(table, (size_t)rows * 4), 0};
+    nb_attn_index hi = {B, pos, base, table, 0, 0};
+    nb_attn_index di = {B, tu_up(pos, (size_t)B * 4), tu_up(base, (size_t)B * 4), tu_up(table, (size_t)rows * 4), 0, 0};
     float *dpool = tu_up(pool, (size_t)rows * rw * 4);
     nb_tensor hq = nb_tensor_3d(q, F32, B, d.n_heads, qk), dq = tu_twin(&hq);
     nb_tensor hl = nb_tensor_2d(pool, F32, rows, d.kv_lora_rank);

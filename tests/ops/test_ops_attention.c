@@ -34,7 +34,7 @@ static void test_gqa_hand(void)
      * rows 3 and 0 (slot_table maps positions to rows). */
     float q[2] = {1, -1}, pool_k[4] = {2, 0, 0, 1}, pool_v[4] = {20, 0, 0, 10}, out[2];
     int32_t pos[1] = {1}, base[1] = {0}, table[2] = {3, 0};
-    nb_attn_index idx = {1, pos, base, table, 0};
+    nb_attn_index idx = {1, pos, base, table, 0, 0};
     nb_tensor qt = nb_tensor_3d(q, NB_DTYPE_F32, 1, 2, 1), kt = nb_tensor_3d(pool_k, NB_DTYPE_F32, 4, 1, 1),
               vt = nb_tensor_3d(pool_v, NB_DTYPE_F32, 4, 1, 1), ot = nb_tensor_3d(out, NB_DTYPE_F32, 1, 2, 1);
     NB_CHECK_OK(nb_op_attention(ctx(), &qt, &kt, &vt, &idx, NULL, 1.0f, &ot));
@@ -62,7 +62,7 @@ static void test_dsa_select_hand(void)
     /* 1 head (weight 1), head_dim 1, q = 1: scores relu(k * s): keys 1, -1, 3, 2 */
     float q[1] = {1}, w[1] = {1}, keys[4] = {1, -1, 3, 2};
     int32_t pos[1] = {3}, base[1] = {0}, table[4] = {0, 1, 2, 3}, sel[2], cnt[1];
-    nb_attn_index idx = {1, pos, base, table, 0};
+    nb_attn_index idx = {1, pos, base, table, 0, 0};
     nb_tensor qt = nb_tensor_3d(q, NB_DTYPE_F32, 1, 1, 1), wt = nb_tensor_2d(w, NB_DTYPE_F32, 1, 1),
               kt = nb_tensor_2d(keys, NB_DTYPE_F32, 4, 1);
     NB_CHECK_OK(nb_op_dsa_select(ctx(), &qt, &wt, 0.5f, &kt, &idx, 2, sel, cnt));
@@ -121,7 +121,7 @@ static void mla_case(int nseq, int with_sel, nb_wfmt kvfmt)
         }
         tab_n += lens[s];
     }
-    nb_attn_index idx = {T, pos, base, table, 0};
+    nb_attn_index idx = {T, pos, base, table, 0, 0};
     int32_t sp[32 * 4], sc[32];
     nb_attn_select sel = {sp, sc, 4};
     for (int t = 0; t < T; t++) { /* up to 4 distinct positions <= pos, in a scrambled order */

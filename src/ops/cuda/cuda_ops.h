@@ -114,8 +114,15 @@ void nb_cuda_dsa_force_form(int form);
 void nb_cuda_dsa_force_split(int split);
 /* The splits per token of the last nb_cuda_dsa_select call (1: one block per token). */
 int nb_cuda_dsa_last_splits(void);
-/* The scoring form the last nb_cuda_dsa_select call ran: 2 mma, 1 lanes, 0 warp. */
+/* The scoring form the last nb_cuda_dsa_select call ran: 3 the prefill tiles (the mma form's
+ * scores, nb_cuda_dsa_force_tile), 2 mma, 1 lanes, 0 warp. */
 int nb_cuda_dsa_last_form(void);
+/* Tests and timings: dsa_select's prefill form (dsa.cu k_dsa_tile: a block scores 128
+ * positions for up to 32 tokens, the mma form's scores bit for bit, then the split merge; 32
+ * heads of 128, 16-byte aligned rows, topk a multiple of 16, and idx->max_ctx set: never inside
+ * a CUDA graph). 1 on at any token count, 0 off; anything else: back to NIBBLE_CUDA_DSA_TILE=0|1
+ * (unset: off; 1: from 64 tokens). Read at each call. */
+void nb_cuda_dsa_force_tile(int on);
 /* Tests and timings: the split merge's shared-memory room for the first radix digit's bin, in
  * keys (dsa.cu k_dsa_merge): 0 runs every digit over the candidates in global memory; a small
  * count forces that fallback where the bin is larger; -1 restores the automatic room (up to

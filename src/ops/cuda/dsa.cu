@@ -420,6 +420,179 @@ __global__ void __launch_bounds__(32 * NB_DSA_WARPS)
     if (threadIdx.x == 0) *cnt = kept;
 }
 
+// The prefill form (k_dsa_tile; NIBBLE_CUDA_DSA_TILE, off by default until measured): the mma
+// form's scores, bit for bit (the same fragments, products and sums per position), for many
+// tokens at a time. A block of NB_DSA_WARPS warps takes NB_DSA_TILE_P positions and a group of up
+// to NB_DSA_TILE_T tokens; each warp splits its 16 key rows into TF32 hi / lo A fragments once
+// and keeps them in registers (128 of them) while it scores them for every token of the group
+// that reaches them. The queries pass through shared memory, double buffered: the next token's
+// raw values are loaded before the current one is scored and split into the other buffer after.
+// A warp reloads its rows only where the token's sequence changes (slot_base) or where its
+// context grew into rows not loaded yet (the diagonal of a prefill chunk). Every key at or below
+// the token's position is appended, unordered, to split s = p / topk of that token ([T][G][topk]
+// keys, counts [T][G] zeroed before the launch), which k_dsa_merge then selects from as it does
+// the part kernel's candidates; rows outside the pool are left out (never selected). Tokens whose
+// context fits in topk are written whole by the blocks of position tile 0. 32 heads of 128 only.
+#define NB_DSA_TILE_P (16 * NB_DSA_WARPS) /* positions per block */
+#define NB_DSA_TILE_T 32                  /* tokens per block */
+#define NB_DSA_TILE_NH 32
+#define NB_DSA_TILE_QF (2 * NB_DSA_TILE_NH * 128)                    /* a query's split floats */
+#define NB_DSA_TILE_RAW (NB_DSA_TILE_QF / 4 / (32 * NB_DSA_WARPS)) /* fragment entries per thread */
+
+// The warp's 16 key rows (positions pw + g and pw + g + 8 of the token's slots, those below n)
+// as TF32 hi / lo A fragments, in dsa_score_mma's order; *oka / *okb: the lane's rows exist.
+__device__ __forceinline__ void dsa_tile_rows(uint32_t (*ah)[8][4], uint32_t (*al)[8][4], const dsa_args &a,
+                                              const int32_t *slots, int pw, int n, bool *oka, bool *okb)
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int64_t ra = pw + g < n ? dsa_row(slots, pw + g, a.pool_rows) : -1;
+    const int64_t rb = pw + g + 8 < n ? dsa_row(slots, pw + g + 8, a.pool_rows) : -1;
+    *oka = ra >= 0, *okb = rb >= 0;
+    const float4 *ka = (const float4 *)(a.key + (ra < 0 ? 0 : ra) * a.ks0) + 8 * t;
+    const float4 *kb = (const float4 *)(a.key + (rb < 0 ? 0 : rb) * a.ks0) + 8 * t;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        float va[16], vb[16];
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const float4 x = ra >= 0 ? __ldg(ka + 4 * half + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+            const float4 y = rb >= 0 ? __ldg(kb + 4 * half + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+            va[4 * c] = x.x, va[4 * c + 1] = x.y, va[4 * c + 2] = x.z, va[4 * c + 3] = x.w;
+            vb[4 * c] = y.x, vb[4 * c + 1] = y.y, vb[4 * c + 2] = y.z, vb[4 * c + 3] = y.w;
+        }
+#pragma unroll
+        for (int s2 = 0; s2 < 8; s2++) {
+            dsa_tf32_split(va[2 * s2], &ah[half][s2][0], &al[half][s2][0]);
+            dsa_tf32_split(vb[2 * s2], &ah[half][s2][1], &al[half][s2][1]);
+            dsa_tf32_split(va[2 * s2 + 1], &ah[half][s2][2], &al[half][s2][2]);
+            dsa_tf32_split(vb[2 * s2 + 1], &ah[half][s2][3], &al[half][s2][3]);
+        }
+    }
+}
+
+// The next token after i in [i, i1) with work in a block whose positions start at pb (its
+// context beyond topk and beyond pb); i1 where none.
+__device__ __forceinline__ int dsa_tile_next(const int32_t *pos, int i, int i1, int topk, int pb)
+{
+    for (i++; i < i1; i++) {
+        const int n = pos[i] + 1;
+        if (n > topk && n > pb) return i;
+    }
+    return i1;
+}
+
+// Token tok's query as this thread's share of the fragment entries (dsa_load_query's order),
+// raw, and its head weight (threads below the head count).
+__device__ __forceinline__ void dsa_tile_load(float2 *raw, float *wraw, const dsa_args &a, int tok)
+{
+    constexpr int NT = NB_DSA_TILE_NH / 8;
+#pragma unroll
+    for (int r = 0; r < NB_DSA_TILE_RAW; r++) {
+        const int e = threadIdx.x + r * 32 * NB_DSA_WARPS, l = e & 31, nt = (e >> 5) % NT, st = (e >> 5) / NT;
+        const float *qh = a.q + (int64_t)tok * a.qs0 + (int64_t)(8 * nt + (l >> 2)) * a.qs1 + 32 * (l & 3) + 2 * st;
+        raw[r] = make_float2(__ldg(qh), __ldg(qh + 1));
+    }
+    if (threadIdx.x < NB_DSA_TILE_NH) *wraw = __ldg(a.w + (int64_t)tok * a.ws0 + threadIdx.x);
+}
+
+// The loaded query split into TF32 {hi, hi, lo, lo} entries of buffer buf (no barrier).
+__device__ __forceinline__ void dsa_tile_store(uint4 *tq, float *wq, int buf, const float2 *raw, float wraw)
+{
+#pragma unroll
+    for (int r = 0; r < NB_DSA_TILE_RAW; r++) {
+        uint32_t h0, l0, h1, l1;
+        dsa_tf32_split(raw[r].x, &h0, &l0);
+        dsa_tf32_split(raw[r].y, &h1, &l1);
+        tq[buf * (NB_DSA_TILE_QF / 4) + threadIdx.x + r * 32 * NB_DSA_WARPS] = make_uint4(h0, h1, l0, l1);
+    }
+    if (threadIdx.x < NB_DSA_TILE_NH) wq[buf * NB_DSA_TILE_NH + threadIdx.x] = wraw;
+}
+
+__global__ void __launch_bounds__(32 * NB_DSA_WARPS, 1)
+    k_dsa_tile(const __grid_constant__ dsa_args a, int t0, int t1, int G, unsigned long long *cand_g, int *cnt_g)
+{
+    constexpr int NT = NB_DSA_TILE_NH / 8;
+    extern __shared__ uint4 tile_q[]; /* two queries in fragment order, then two weight rows */
+    float *wq = (float *)(tile_q + 2 * NB_DSA_TILE_QF / 4);
+    const nb_attn_index idx = a.idx;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5, topk = a.topk;
+    const int i0 = t0 + (int)blockIdx.y * NB_DSA_TILE_T, i1 = min(i0 + NB_DSA_TILE_T, t1);
+    const int pb = (int)blockIdx.x * NB_DSA_TILE_P, pw = pb + 16 * warp;
+    if (blockIdx.x == 0)
+        for (int i = i0; i < i1; i++)
+            if (idx.pos[i] + 1 <= topk) dsa_write_all(a, i, idx.pos[i] + 1);
+    int i = dsa_tile_next(idx.pos, i0 - 1, i1, topk, pb);
+    if (i >= i1) return;
+    /* the first query, split into buffer 0 */
+    float2 raw[NB_DSA_TILE_RAW];
+    float wraw = 0.0f;
+    dsa_tile_load(raw, &wraw, a, i);
+    dsa_tile_store(tile_q, wq, 0, raw, wraw);
+    __syncthreads();
+    uint32_t ah[2][8][4], al[2][8][4];
+    bool oka = false, okb = false;
+    int cur_base = -1, loaded_n = 0;
+    for (int buf = 0; i < i1; buf ^= 1) {
+        const int inext = dsa_tile_next(idx.pos, i, i1, topk, pb);
+        if (inext < i1) dsa_tile_load(raw, &wraw, a, inext);
+        const int n = idx.pos[i] + 1, sb = idx.slot_base[i];
+        if (pw < n) { /* the warp's rows reach this token's context */
+            if (sb != cur_base || (n > loaded_n && pw + 16 > loaded_n)) {
+                dsa_tile_rows(ah, al, a, idx.slot_table + sb, pw, n, &oka, &okb);
+                cur_base = sb, loaded_n = n;
+            }
+            const uint4 *qf = tile_q + buf * (NB_DSA_TILE_QF / 4);
+            const float *wsh = wq + buf * NB_DSA_TILE_NH;
+            float acc[NT][4];
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+#pragma unroll
+            for (int half = 0; half < 2; half++)
+#pragma unroll
+                for (int s2 = 0; s2 < 8; s2++) {
+                    uint4 b[NT];
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++) b[nt] = qf[((8 * half + s2) * NT + nt) * 32 + lane];
+                    const uint32_t *h = ah[half][s2], *l = al[half][s2];
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++) dsa_mma_tf32(acc[nt], l[0], l[1], l[2], l[3], b[nt].x, b[nt].y);
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++) dsa_mma_tf32(acc[nt], h[0], h[1], h[2], h[3], b[nt].z, b[nt].w);
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++) dsa_mma_tf32(acc[nt], h[0], h[1], h[2], h[3], b[nt].x, b[nt].y);
+                }
+            float ta = 0.0f, tb = 0.0f;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const float wh = wsh[8 * nt + 2 * t + e];
+                    const float da = acc[nt][e] * a.sm, db = acc[nt][2 + e] * a.sm;
+                    if (da > 0) ta += da * wh;
+                    if (db > 0) tb += db * wh;
+                }
+            ta += __shfl_xor_sync(0xffffffffu, ta, 1);
+            tb += __shfl_xor_sync(0xffffffffu, tb, 1);
+            ta += __shfl_xor_sync(0xffffffffu, ta, 2);
+            tb += __shfl_xor_sync(0xffffffffu, tb, 2);
+            /* the keys of this token's split s: rows that exist, positions below n */
+            const int p_a = pw + g, p_b = p_a + 8, s = pw / topk;
+            const bool ka = t == 0 && oka && p_a < n, kb = t == 0 && okb && p_b < n;
+            const unsigned ma = __ballot_sync(0xffffffffu, ka), mb = __ballot_sync(0xffffffffu, kb);
+            unsigned long long *out = cand_g + ((int64_t)(i - t0) * G + s) * topk;
+            int base = 0;
+            if (lane == 0 && (ma | mb)) base = atomicAdd(cnt_g + (int64_t)(i - t0) * G + s, __popc(ma) + __popc(mb));
+            base = __shfl_sync(0xffffffffu, base, 0);
+            const unsigned below = (1u << lane) - 1;
+            if (ka) out[base + __popc(ma & below)] = dsa_key(ta, p_a);
+            if (kb) out[base + __popc(ma) + __popc(mb & below)] = dsa_key(tb, p_b);
+        }
+        if (inext < i1) dsa_tile_store(tile_q, wq, buf ^ 1, raw, wraw);
+        __syncthreads();
+        i = inext;
+    }
+}
+
 // The merge's passes over candidates. Every call is made by whole warps together.
 #define NB_DSA_HIST 0   /* histogram the digit at sh of the keys matching prefix */
 #define NB_DSA_GATHER 1 /* keys at or below prefix (on mask's bits) -> sel */
@@ -595,6 +768,9 @@ extern "C" int nb_cuda_dsa_last_form(void) { return g_last_form; }
 extern "C" void nb_cuda_dsa_force_merge_cap(int keys) { g_merge_cap = keys >= -2 ? keys : -1; }
 extern "C" void nb_cuda_dsa_force_hist(int match) { g_hist = match == 0 || match == 1 ? match : -1; }
 
+static int g_tile = -1; /* nb_cuda_dsa_force_tile; -1: NIBBLE_CUDA_DSA_TILE */
+extern "C" void nb_cuda_dsa_force_tile(int on) { g_tile = on == 0 || on == 1 ? on : -1; }
+
 // A switch forced by a test (force >= 0), else the environment variable `name` read once into
 // *env: the index of its value in names[n], else def. A benign race reads the same value.
 static int dsa_switch(int force, const char *name, const char *const *names, int n, int *env, int def)
@@ -660,6 +836,70 @@ static cudaError_t dsa_smem_attr(const void *fn, int dev, size_t bytes)
     const cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
     if (e == cudaSuccess && i < 16) memo[i].fn = fn, memo[i].dev = dev, memo[i].bytes = bytes;
     return e;
+}
+
+// The prefill form (k_dsa_tile): 1 forced on (any token count), 0 off, else NIBBLE_CUDA_DSA_TILE=0|1
+// (1: from NB_DSA_TILE_MIN_TOKENS tokens), else NB_CUDA_DSA_TILE_DEFAULT: off until it is measured.
+#define NB_CUDA_DSA_TILE_DEFAULT 0
+#define NB_DSA_TILE_MIN_TOKENS 64
+#define NB_DSA_TILE_SCRATCH ((size_t)256 << 20) /* candidates per launch pair at most (tokens in groups) */
+#define NB_DSA_TILE_SLOT 3 /* the MLA op's and the experts' big slot: already large at prefill sizes */
+static int dsa_tile_min_tokens(void)
+{
+    if (g_tile >= 0) return g_tile ? 1 : 0;
+    static const char *const names[] = {"0", "1"};
+    static int env = -1;
+    return dsa_switch(-1, "NIBBLE_CUDA_DSA_TILE", names, 2, &env, NB_CUDA_DSA_TILE_DEFAULT) ? NB_DSA_TILE_MIN_TOKENS : 0;
+}
+
+// k_dsa_merge over T tokens' candidates [T][G][topk] (counts [T][G]); pos, sel_pos and sel_count
+// already offset to the first of them.
+static nb_status dsa_merge_launch(cudaStream_t stream, int dev, int max_smem, const unsigned long long *cand, const int *cnt,
+                                  int G, int64_t T, const int32_t *pos, int topk, int32_t *sel_pos, int32_t *sel_count)
+{
+    int P = 1; /* the merge's sort: P <= S / 2 keys, so P * 8 + its ~11 KiB of its own fit where k_dsa does */
+    while (P < topk) P <<= 1;
+    /* the first digit's bin in shared memory: whatever room is left, up to NB_DSA_MERGE_WCAP keys */
+    int64_t wcap = ((int64_t)max_smem - P * 8 - NB_DSA_MERGE_OWN_SMEM) / 8;
+    wcap = g_merge_cap >= 0 ? g_merge_cap : wcap > NB_DSA_MERGE_WCAP ? NB_DSA_MERGE_WCAP : wcap < 0 ? 0 : wcap;
+    const size_t msmem = (size_t)(P + wcap) * 8;
+    if (msmem + NB_DSA_MERGE_OWN_SMEM > (size_t)max_smem)
+        return nb_error(NB_ERR_INVALID_ARG, "dsa_select: merge capacity %lld keys does not fit shared memory", (long long)wcap);
+    NB_CUDA_TRY(dsa_smem_attr((const void *)k_dsa_merge, dev, msmem));
+    k_dsa_merge<<<(unsigned)T, NB_DSA_MERGE_THREADS, msmem, stream>>>(cand, cnt, G, pos, topk, P, (int)wcap,
+                                                                       dsa_hist_match(), sel_pos, sel_count);
+    NB_CUDA_LAUNCHED("dsa_select (merge)");
+    return NB_OK;
+}
+
+// The prefill form for T tokens whose contexts are at most max_ctx: G = ceil(max_ctx / topk)
+// splits per token, the tokens in groups whose candidates fit NB_DSA_TILE_SCRATCH, each group a
+// k_dsa_tile launch and a k_dsa_merge launch.
+static nb_status dsa_tile_run(nb_ops_ctx *ctx, const dsa_args &a, int64_t T, int G, int dev, int max_smem)
+{
+    const size_t per = (size_t)G * a.topk * 8 + (size_t)G * sizeof(int);
+    int64_t Tg = (int64_t)(NB_DSA_TILE_SCRATCH / per);
+    Tg = Tg < 1 ? 1 : Tg > T ? T : Tg;
+    char *scr = (char *)nb_cuda_scratch(ctx, NB_DSA_TILE_SLOT, (size_t)Tg * per);
+    if (!scr) return NB_ERR_OUT_OF_MEMORY; /* nb_cuda_scratch said why */
+    unsigned long long *cand = (unsigned long long *)scr;
+    int *cnt = (int *)(scr + (size_t)Tg * G * a.topk * 8);
+    const size_t smem = (size_t)(2 * NB_DSA_TILE_QF + 2 * NB_DSA_TILE_NH) * sizeof(float);
+    if (smem > (size_t)max_smem) return nb_error(NB_ERR_UNSUPPORTED, "dsa_select: the prefill form needs %zu bytes of shared memory", smem);
+    NB_CUDA_TRY(dsa_smem_attr((const void *)k_dsa_tile, dev, smem));
+    cudaStream_t stream = nb_cuda_stream(ctx);
+    const unsigned px = (unsigned)((a.idx.max_ctx + NB_DSA_TILE_P - 1) / NB_DSA_TILE_P);
+    for (int64_t t0 = 0; t0 < T; t0 += Tg) {
+        const int64_t t1 = t0 + Tg < T ? t0 + Tg : T;
+        NB_CUDA_TRY(cudaMemsetAsync(cnt, 0, (size_t)(t1 - t0) * G * sizeof(int), stream));
+        const unsigned py = (unsigned)((t1 - t0 + NB_DSA_TILE_T - 1) / NB_DSA_TILE_T);
+        k_dsa_tile<<<dim3(px, py), 32 * NB_DSA_WARPS, smem, stream>>>(a, (int)t0, (int)t1, G, cand, cnt);
+        NB_CUDA_LAUNCHED("dsa_select (prefill tiles)");
+        if (g_merge_cap == -2) continue; /* timing the scoring alone */
+        NB_TRY(dsa_merge_launch(stream, dev, max_smem, cand, cnt, G, t1 - t0, a.idx.pos + t0, a.topk,
+                                a.sel_pos + t0 * a.topk, a.sel_count + t0));
+    }
+    return NB_OK;
 }
 
 typedef void (*dsa_kernel)(dsa_args);
@@ -736,6 +976,15 @@ extern "C" nb_status nb_cuda_dsa_select(nb_ops_ctx *ctx, const nb_tensor *q, con
                         q->stride[0], q->stride[1], w->stride[0], key_pool->stride[0], key_pool->shape[0],
                         softmax_scale, nh, hd, topk, S, *idx, sel_pos, sel_count};
     cudaStream_t stream = nb_cuda_stream(ctx);
+    /* the prefill form: many tokens, contexts bounded by the host (never inside a graph) */
+    const int tile_min = dsa_tile_min_tokens();
+    if (tile_min && T >= tile_min && aligned && nh == NB_DSA_TILE_NH && hd == 128 && topk % 16 == 0 &&
+        idx->max_ctx > topk && ((int64_t)idx->max_ctx + topk - 1) / topk <= NB_DSA_SPLIT_MAX) {
+        const int Gt = (int)(((int64_t)idx->max_ctx + topk - 1) / topk);
+        g_last_form = 3;
+        g_last_splits = Gt;
+        return dsa_tile_run(ctx, a, T, Gt, dev, max_smem);
+    }
     const int G = smem + 64 <= (size_t)max_smem ? dsa_splits(ctx, T, part, smem) : 1; /* + k_dsa_part's own */
     g_last_splits = G;
     if (G < 2) {
@@ -754,17 +1003,5 @@ extern "C" nb_status nb_cuda_dsa_select(nb_ops_ctx *ctx, const nb_tensor *q, con
     part<<<dim3((unsigned)G, (unsigned)T), 32 * NB_DSA_WARPS, smem, stream>>>(a, G, cand, cnt);
     NB_CUDA_LAUNCHED("dsa_select (split)");
     if (g_merge_cap == -2) return NB_OK; /* timing the part kernel alone */
-    int P = 1; /* the merge's sort: P <= S / 2 keys, so P * 8 + its ~11 KiB of its own fit where k_dsa does */
-    while (P < topk) P <<= 1;
-    /* the first digit's bin in shared memory: whatever room is left, up to NB_DSA_MERGE_WCAP keys */
-    int64_t wcap = ((int64_t)max_smem - P * 8 - NB_DSA_MERGE_OWN_SMEM) / 8;
-    wcap = g_merge_cap >= 0 ? g_merge_cap : wcap > NB_DSA_MERGE_WCAP ? NB_DSA_MERGE_WCAP : wcap < 0 ? 0 : wcap;
-    const size_t msmem = (size_t)(P + wcap) * 8;
-    if (msmem + NB_DSA_MERGE_OWN_SMEM > (size_t)max_smem)
-        return nb_error(NB_ERR_INVALID_ARG, "dsa_select: merge capacity %lld keys does not fit shared memory", (long long)wcap);
-    NB_CUDA_TRY(dsa_smem_attr((const void *)k_dsa_merge, dev, msmem));
-    k_dsa_merge<<<(unsigned)T, NB_DSA_MERGE_THREADS, msmem, stream>>>(cand, cnt, G, idx->pos, topk, P, (int)wcap,
-                                                                       dsa_hist_match(), sel_pos, sel_count);
-    NB_CUDA_LAUNCHED("dsa_select (merge)");
-    return NB_OK;
+    return dsa_merge_launch(stream, dev, max_smem, cand, cnt, G, T, idx->pos, topk, sel_pos, sel_count);
 }
