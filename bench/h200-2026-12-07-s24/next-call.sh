@@ -7,9 +7,12 @@
 #  2. the long-context hint end to end: batch 1 and 2 of the 8-layer GLM-5 slice with a
 #     1024-token prompt (dense: below index_topk), NIBBLE_MLA_LONG_CTX=512 (wg at 1-2 tokens from
 #     512 positions) against 1000000 (never long: f32 as before), A B A B;
-#  3. where the threshold belongs: the op at 1-2 tokens from 256 to 1024 positions, f32 / wg,
+#  3. dsa_select's prefill form (k_dsa_tile, never run; its checks are in item 1's
+#     test_cuda_vs_cpu dsa_select): its time against one block per token at 2048 x 8192,
+#     4096 x 32768 and 1024 x 100000, then a 16k-token prompt's TTFT with NIBBLE_CUDA_DSA_TILE=0|1;
+#  4. where the MLA threshold belongs: the op at 1-2 tokens from 256 to 1024 positions, f32 / wg,
 #     GLM-5's 64 heads and DeepSeek-V3's 128 (NB_TEST_MLA_HEADS=128);
-#  4. the twenty-third round's items: the batch-1000 step kernel by kernel under ncu (skip 24,
+#  5. the twenty-third round's items: the batch-1000 step kernel by kernel under ncu (skip 24,
 #     output 48) beside the eager per-op profile; the wg op on BF16 rows (share / staged A/Bs).
 # Prepare here:
 #   cmake --build build -j2 && BUILD=build scripts/device-verify.sh pack     (~4 min, .devbin.tar.xz)
@@ -30,13 +33,23 @@ for n in 1 2; do for rep in 1 2; do for th in 512 1000000; do
   echo "long ctx: requests $n threshold $th rep $rep: $(grep -E '^ *'$n' ' /tmp/long-$n-$th-$rep.log | tail -1 | cut -c1-140)"
 done; done; done
 tar -cJf $OUT0/long-logs.tar.xz -C /tmp $(cd /tmp && ls long-*.log)
-# 3. f32 / wg at 1-2 tokens around the threshold, both head counts
+# 3. the prefill form: the op, then TTFT of one 16k prompt (8-layer slice), A B A B
+grep -h -E "prefill tiles|dsa_select topk.*FAIL" /tmp/verify/*.log 2>/dev/null | head -12
+for tc in "2048 8192" "4096 32768" "1024 100000"; do
+  timeout 60 build/tests/test_cuda_vs_cpu dsa-prefill $tc 2>&1 | grep -E "prefill T=|FAIL|rror" | cut -c1-230
+done
+P="--backend cuda --model synthetic:glm5:num_hidden_layers=8 --input-len 16384 --output-len 4 --num-prompts 1 --max-running-requests 1"
+for rep in 1 2; do for tl in 0 1; do
+  NIBBLE_CUDA_DSA_TILE=$tl timeout 100 build/nibble bench-offline $P > /tmp/tile-$tl-$rep.log 2>&1
+  echo "16k prompt, NIBBLE_CUDA_DSA_TILE=$tl rep $rep: rc=$? $(grep -E "Prefill step time|Prefill throughput" /tmp/tile-$tl-$rep.log | head -2 | tr '\n' ' ' | cut -c1-200)"
+done; done
+# 4. f32 / wg at 1-2 tokens around the MLA threshold, both head counts
 for h in 64 128; do
   NB_TEST_MLA_HEADS=$h timeout 100 build/tests/test_cuda_mla_decode pick 256 1,2 > $OUT0/pick-$h.log 2>&1
   for c in 384 512 640 768 1024; do NB_TEST_MLA_HEADS=$h timeout 60 build/tests/test_cuda_mla_decode pick $c 1,2 >> $OUT0/pick-$h.log 2>&1; done
   echo "pick heads $h:"; grep "mla pick" $OUT0/pick-$h.log | cut -c1-170
 done
-# 4. the twenty-third round's profiles
+# 5. the twenty-third round's profiles
 M="--backend cuda --model synthetic:glm5:num_hidden_layers=8 --num-prompts 1000 --input-len 128 --output-len 48 --max-running-requests 1000"
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 NIBBLE_CUDA_PROFILER_RANGE=1 timeout 150 $NCU --profile-from-start off --cache-control none --clock-control none \
