@@ -47,6 +47,9 @@ static void nb_bench_usage(FILE *f)
             "  --output-file F.jsonl   append one JSON line per level\n"
             "  --report F.html         write a self-contained HTML report\n"
             "  --no-telemetry          do not sample NVML or scrape /metrics\n"
+            "  --extra-request-body J  a JSON object whose keys go into every request body, over the\n"
+            "                          bench's own (SGLang's flag), e.g. '{\"temperature\": 0.7, \"top_p\": 0.9}'\n"
+            "                          (default: greedy, temperature 0)\n"
             "exit status: 0 when every request of every level succeeded, 1 otherwise, 2 on usage errors\n");
 }
 
@@ -91,7 +94,7 @@ int nb_cmd_bench(int argc, char **argv)
 {
     const char *base = "http://127.0.0.1:30000", *backend = "completions", *model_arg = NULL;
     const char *api_key = getenv("OPENAI_API_KEY"), *dataset = "random", *sharegpt = NULL;
-    const char *out_file = NULL, *report = NULL, *tokenizer = NULL;
+    const char *out_file = NULL, *report = NULL, *tokenizer = NULL, *extra_s = NULL;
     const char *conc_s = "1,2,10,1000", *np_s = "100";
     int input_len = 128, output_len = 128, vocab = 0, ignore_eos = 1, warmup = 1, telemetry = 1, out_given = 0;
     double range_ratio = 1.0, rate = INFINITY, timeout = 3600;
@@ -120,6 +123,7 @@ int nb_cmd_bench(int argc, char **argv)
         else if (NB_ARG("--timeout")) timeout = atof(v);
         else if (NB_ARG("--output-file")) out_file = v;
         else if (NB_ARG("--report")) report = v;
+        else if (NB_ARG("--extra-request-body")) extra_s = v;
         else if (!strcmp(a, "--disable-ignore-eos")) ignore_eos = 0;
         else if (!strcmp(a, "--no-telemetry")) telemetry = 0;
         else if (!strcmp(a, "--dataset") && v) {
@@ -162,6 +166,16 @@ int nb_cmd_bench(int argc, char **argv)
         fprintf(stderr, "nibble bench: --timeout, --input-len and --output-len must be positive\n");
         return 2;
     }
+    cJSON *extra = extra_s ? cJSON_Parse(extra_s) : NULL;
+    char *extra_compact = extra ? cJSON_PrintUnformatted(extra) : NULL;
+    if (extra_s && (!cJSON_IsObject(extra) || !extra_compact || strlen(extra_compact) >= sizeof(((nb_bench_setup *)0)->extra_body))) {
+        fprintf(stderr, "nibble bench: --extra-request-body '%s': %s\n", extra_s,
+                !cJSON_IsObject(extra) ? "not a JSON object" : "longer than 1023 bytes");
+        cJSON_Delete(extra);
+        free(extra_compact);
+        if (tok) nb_tokenizer_free(tok);
+        return 2;
+    }
     size_t blen = strlen(base);
     char base_buf[512];
     snprintf(base_buf, sizeof base_buf, "%.*s", (int)(blen && base[blen - 1] == '/' ? blen - 1 : blen), base);
@@ -184,6 +198,7 @@ int nb_cmd_bench(int argc, char **argv)
     su.request_rate = isfinite(rate) ? rate : 0;
     su.seed = seed;
     su.ignore_eos = sharegpt ? 0 : ignore_eos;
+    if (extra_compact) snprintf(su.extra_body, sizeof su.extra_body, "%s", extra_compact);
     if (tok)
         snprintf(su.length_note, sizeof su.length_note, "Prompts are text that %s's tokenizer encodes to exactly L "
                  "tokens%s.", tokenizer, chat ? " (plus the chat template)" : "");
@@ -202,7 +217,7 @@ int nb_cmd_bench(int argc, char **argv)
                                .as_text = chat, .output_len_given = out_given, .tok = tok};
     nb_bench_client_cfg cc = {.base_url = base, .model = model, .api_key = api_key, .chat = chat,
                               .request_rate = rate, .ignore_eos = su.ignore_eos, .seed = seed, .timeout_s = timeout,
-                              .progress = 1};
+                              .progress = 1, .extra = extra};
     int rc = 0;
     nb_bench_level *levels = calloc(NB_MAX_LEVELS, sizeof *levels);
     nb_nvml_sampler *sampler = NULL;
@@ -210,8 +225,9 @@ int nb_cmd_bench(int argc, char **argv)
         NB_LOG_WARN("bench", "%s", nb_last_error());
         sampler = NULL;
     }
-    printf("nibble bench: %s, model %s, backend %s, dataset %s, input %d, output %d, range ratio %g\n", base, model,
-           backend, su.dataset, input_len, output_len, range_ratio);
+    printf("nibble bench: %s, model %s, backend %s, dataset %s, input %d, output %d, range ratio %g%s%s\n", base, model,
+           backend, su.dataset, input_len, output_len, range_ratio, extra ? ", extra request body " : "",
+           extra ? su.extra_body : "");
     if (warmup > 0) {
         nb_bench_prompt *wp;
         nb_bench_dataset_cfg wc = dc;
@@ -297,6 +313,8 @@ int nb_cmd_bench(int argc, char **argv)
     free(levels);
     nb_nvml_sampler_stop(sampler);
     if (tok) nb_tokenizer_free(tok);
+    cJSON_Delete(extra);
+    free(extra_compact);
     curl_global_cleanup();
     return rc;
 }

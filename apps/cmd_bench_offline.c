@@ -31,6 +31,7 @@
 #include "model/synthetic.h"
 #include "nibble.h"
 #include "ops/profile.h"
+#include "server/oai_request.h"
 #include "tools/nvml.h"
 #if NIBBLE_HAVE_CUDA
 #include "tools/lab/moe_bench.h"
@@ -44,6 +45,75 @@ const char nb_cmd_bench_offline_summary[] = "offline throughput: N requests at o
  * cuBLASLt's first use of that count's bucket) */
 #define BO_PROFILE_SKIP 2
 static int bo_profile_skip = BO_PROFILE_SKIP;
+
+/* The requests' sampling: greedy, or --extra-request-body's keys over it (bo_extra_sampling). */
+static nb_sampling_params bo_sp;
+static char bo_sp_note[600] = "greedy (temperature 0)";
+
+/* --extra-request-body (SGLang's flag): the sampling keys of an OpenAI completions body, set
+ * over the bench's own {"temperature": 0} and checked by the server's parser, so a value the
+ * server would refuse is refused here with its message. Lengths stay the bench's flags. 0, or
+ * -1 with a message. */
+static int bo_extra_sampling(const char *json)
+{
+    static const char *const keys[] = {"temperature", "top_p", "top_k", "min_p", "repetition_penalty",
+                                       "frequency_penalty", "presence_penalty", "seed", "logprobs"};
+    cJSON *x = cJSON_Parse(json);
+    if (!cJSON_IsObject(x)) {
+        fprintf(stderr, "nibble bench-offline: --extra-request-body '%s': not a JSON object\n", json);
+        cJSON_Delete(x);
+        return -1;
+    }
+    for (const cJSON *c = x->child; c; c = c->next) {
+        int ok = 0;
+        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) ok |= !strcmp(c->string, keys[k]);
+        if (!ok) {
+            fprintf(stderr, "nibble bench-offline: --extra-request-body: '%s' is not a sampling key it takes (temperature, "
+                            "top_p, top_k, min_p, repetition_penalty, frequency_penalty, presence_penalty, seed, "
+                            "logprobs); lengths come from --input-len and --output-len\n", c->string);
+            cJSON_Delete(x);
+            return -1;
+        }
+    }
+    char *shown = cJSON_PrintUnformatted(x);
+    if (shown) snprintf(bo_sp_note, sizeof bo_sp_note, "%s", shown);
+    free(shown);
+    cJSON *body = cJSON_CreateObject();
+    const int zero = 0;
+    cJSON_AddItemToObject(body, "prompt", cJSON_CreateIntArray(&zero, 1));
+    cJSON_AddNumberToObject(body, "temperature", 0);
+    for (const cJSON *c = x->child; c; c = c->next) {
+        cJSON *d = cJSON_Duplicate(c, 1);
+        if (d && cJSON_GetObjectItemCaseSensitive(body, c->string))
+            cJSON_ReplaceItemInObjectCaseSensitive(body, c->string, d);
+        else if (d)
+            cJSON_AddItemToObject(body, c->string, d);
+    }
+    cJSON_Delete(x);
+    char *text = cJSON_PrintUnformatted(body);
+    cJSON_Delete(body);
+    nb_oai_request req;
+    nb_oai_error err;
+    memset(&err, 0, sizeof err);
+    const int r = text ? nb_oai_parse(NB_OAI_COMPLETIONS, text, strlen(text), &req, &err) : -1;
+    free(text);
+    if (r != 0) {
+        fprintf(stderr, "nibble bench-offline: --extra-request-body: %s\n", err.message[0] ? err.message : "out of memory");
+        return -1;
+    }
+    bo_sp.temperature = req.sp.temperature;
+    bo_sp.top_k = req.sp.top_k;
+    bo_sp.top_p = req.sp.top_p;
+    bo_sp.min_p = req.sp.min_p;
+    bo_sp.repetition_penalty = req.sp.repetition_penalty;
+    bo_sp.frequency_penalty = req.sp.frequency_penalty;
+    bo_sp.presence_penalty = req.sp.presence_penalty;
+    bo_sp.seed = req.sp.seed;
+    bo_sp.logprobs = req.sp.logprobs;
+    bo_sp.top_logprobs = req.sp.top_logprobs;
+    nb_oai_request_free(&req);
+    return 0;
+}
 
 /* ------------------------------------------------------------------ the floor */
 
@@ -227,14 +297,17 @@ static int usage(FILE *f)
             "usage: nibble bench-offline --model M [--num-prompts N|N1,N2,.. (1000)] [--input-len I (1024)]\n"
             "                            [--output-len O (1024)] [--seed S] [--warmup N (0)] [--json FILE]\n"
             "                            [--no-floor | --ceilings GBPS,TFLOPS] [--profile-ops N]\n"
-            "                            [--profile-skip N (2)] [engine flags]\n"
+            "                            [--profile-skip N (2)] [--extra-request-body JSON] [engine flags]\n"
             "(--random-input-len / --random-output-len are accepted as SGLang spells them)\n"
             "A list of prompt counts runs one level per count on one loaded model. On --backend cuda\n"
             "each decode step is set against its floor (docs/bench.md); --no-floor skips that;\n"
             "--ceilings gives the bandwidth and BF16 rate instead of measuring them (any backend).\n"
             "--profile-ops N: time every op of N decode-only steps per level (eagerly, no CUDA graphs)\n"
             "and print where the step's time goes (docs/bench.md), after skipping the level's first\n"
-            "--profile-skip decode-only steps.\n\n%s",
+            "--profile-skip decode-only steps.\n"
+            "--extra-request-body '{\"temperature\": 0.7, \"top_p\": 0.9}': sampling keys of an OpenAI body\n"
+            "(SGLang's flag) over the default greedy sampling: temperature, top_p, top_k, min_p, the\n"
+            "penalties, seed, logprobs (top-n alternatives), checked as the server checks them.\n\n%s",
             nb_cli_engine_usage);
     return f == stdout ? 0 : 2;
 }
@@ -362,13 +435,12 @@ static int run_level(nb_engine *e, const nb_engine_info *info, const bo_floor_mo
         goto done;
     }
     gen_prompts(prompts, (int64_t)num * in_len, seed, info);
-    nb_sampling_params sp = nb_sampling_default_params();
-    sp.temperature = 0;
+    nb_sampling_params sp = bo_sp;
     sp.max_tokens = out_len;
     sp.ignore_eos = 1;
     if (print) {
-        printf("\nbench-offline: %s, %d prompts, input %d, output %d, max running %d\n", info->model_name, num, in_len,
-               out_len, info->max_running_requests);
+        printf("\nbench-offline: %s, %d prompts, input %d, output %d, max running %d, sampling %s\n", info->model_name,
+               num, in_len, out_len, info->max_running_requests, bo_sp_note);
         fflush(stdout);
     }
     nb_engine_trace(e, trace, trace_cap);
@@ -533,6 +605,8 @@ static void write_json(FILE *f, const char *model, const nb_engine_info *info, c
 {
     fprintf(f, "{\"model\": \"%s\", \"backend\": \"%s\", \"input_len\": %d, \"output_len\": %d, \"load_s\": %.3f",
             model, info->backend == NB_BACKEND_CUDA ? "cuda" : "cpu", in_len, out_len, load_s);
+    fprintf(f, ", \"sampling\": ");
+    json_str(f, bo_sp_note);
     if (fm->ok)
         fprintf(f, ", \"device\": \"%s\", \"copy_GBps\": %.1f, \"bf16_TFLOPs\": %.1f, \"floor\": {"
                    "\"fixed_weight_bytes\": %.0f, \"embed_row_bytes\": %.0f, \"expert_bytes\": %.0f, "
@@ -595,6 +669,8 @@ static void write_json(FILE *f, const char *model, const nb_engine_info *info, c
 
 int nb_cmd_bench_offline(int argc, char **argv)
 {
+    bo_sp = nb_sampling_default_params();
+    bo_sp.temperature = 0;
     nb_engine_params ep = nb_engine_default_params();
     int nums[BO_MAX_LEVELS] = {1000}, n_levels = 1, in_len = 1024, out_len = 1024, seed = 1, warmup = 0, no_floor = 0;
     int profile_n = 0;
@@ -632,6 +708,7 @@ int nb_cmd_bench_offline(int argc, char **argv)
         else if (!strcmp(a, "--profile-ops")) bad = nb_cli_int(a, v, 1, 1 << 20, &profile_n);
         else if (!strcmp(a, "--profile-skip")) bad = nb_cli_int(a, v, 0, 1 << 20, &bo_profile_skip);
         else if (!strcmp(a, "--json")) json = v;
+        else if (!strcmp(a, "--extra-request-body")) bad = bo_extra_sampling(v) ? 1 : 0;
         else if (!strcmp(a, "--ceilings")) {
             if (sscanf(v, "%lf,%lf", &ceil_copy, &ceil_bf16) != 2 || !(ceil_copy > 0) || !(ceil_bf16 > 0)) {
                 fprintf(stderr, "nibble bench-offline: --ceilings '%s': expected GBPS,TFLOPS\n", v);

@@ -2,7 +2,8 @@
 """A tiny OpenAI-compatible streaming server: the test double for `nibble bench` when no
 real server is at hand. Each request streams exactly max_tokens one-token chunks, DELAY
 seconds apart, then a usage chunk (if stream_options.include_usage) and `data: [DONE]`.
-It keeps Prometheus-style counters at /metrics so the bench's scraper can be checked.
+It keeps Prometheus-style counters at /metrics so the bench's scraper can be checked, and the
+last request body at /debug/last_body so a test can see what the bench sent.
   python3 tests/bench/fake_openai.py PORT [DELAY_S]
 Standard library only."""
 import json
@@ -14,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LOCK = threading.Lock()
 STATS = {"prompt": 0, "gen": 0, "running": 0}
+LAST = {"body": None}
 DELAY = float(sys.argv[2]) if len(sys.argv) > 2 else 0.002
 
 
@@ -40,6 +42,9 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/v1/models":
             self._send(200, json.dumps({"object": "list", "data": [
                 {"id": "fake-model", "object": "model", "owned_by": "test", "vocab_size": 1000}]}))
+        elif self.path == "/debug/last_body":
+            with LOCK:
+                self._send(200, json.dumps(LAST["body"]))
         elif self.path == "/metrics":
             with LOCK:
                 s = dict(STATS)
@@ -60,6 +65,7 @@ class Handler(BaseHTTPRequestHandler):
         n = int(body.get("max_tokens", 16))
         with LOCK:
             STATS["running"] += 1
+            LAST["body"] = body
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")

@@ -71,6 +71,19 @@ def main():
                 sm = row["server_metrics"]
                 assert sm["available"] and sm["generation_tokens"] == n * OUT_LEN, sm
             sweep(base, tmp, "fake-chat", ["--backend", "chat"])
+            # --extra-request-body: its keys go into every body over the bench's own (temperature
+            # 0 becomes 0.7), the rest of the body stays, and the JSON lines record it
+            extra = {"temperature": 0.7, "top_p": 0.9, "top_k": 20}
+            rows = sweep(base, tmp, "fake-extra", ["--extra-request-body", json.dumps(extra)])
+            last = json.loads(srvlib.http("GET", base + "/debug/last_body")[2])
+            for k, v in extra.items():
+                assert last[k] == v, last
+            assert last["stream"] is True and last["max_tokens"] == OUT_LEN and last["ignore_eos"] is True, last
+            assert all(row["extra_request_body"] == extra for row in rows), rows[0]
+            for bad in ("[1, 2]", "{not json", '"x"'):
+                r = subprocess.run([srvlib.BIN, "bench", "--base-url", base, "--concurrency", "1", "--num-prompts", "1",
+                                    "--extra-request-body", bad], capture_output=True, text=True, timeout=60)
+                assert r.returncode == 2 and "--extra-request-body" in r.stderr, (bad, r.returncode, r.stderr)
             # Poisson arrivals and SGLang-style length ranges: every request still completes and
             # the drawn output lengths stay within [R*L, L].
             jsonl = os.path.join(tmp, "rate.jsonl")
@@ -92,6 +105,18 @@ def main():
                 assert sm["prompt_tokens"] == n * 12, sm
                 assert row["total_input_tokens"] == n * 12, row
             sweep(s.base, tmp, "real-chat", ["--backend", "chat"])
+            # sampled requests through the real server: every one completes with its exact
+            # length (ignore_eos); a value the server refuses fails the requests, with its message
+            sweep(s.base, tmp, "real-sampled", ["--extra-request-body",
+                                               '{"temperature": 0.8, "top_p": 0.95, "top_k": 40, "seed": 7}'])
+            jsonl = os.path.join(tmp, "refused.jsonl")
+            r = subprocess.run([srvlib.BIN, "bench", "--base-url", s.base, "--concurrency", "1", "--num-prompts", "2",
+                                "--warmup", "0", "--input-len", "8", "--output-len", "4", "--output-file", jsonl,
+                                "--extra-request-body", '{"temperature": -1}'], capture_output=True, text=True,
+                               timeout=120)
+            assert r.returncode == 1, (r.returncode, r.stderr[-500:])
+            row = json.loads(open(jsonl).read())
+            assert row["failed"] == 2 and "temperature" in row.get("first_error", ""), row
     print("bench e2e: OK")
     return 0
 

@@ -4,7 +4,8 @@
     that each request gives alone with --ids (batching and the engine change nothing);
   - --n 2 with a seed prints two id lines, and the same seed reproduces them;
   - --prompt runs through the byte tokenizer;
-  - bench-offline prints SGLang's throughput lines with the right token counts;
+  - bench-offline prints SGLang's throughput lines with the right token counts, samples with
+    --extra-request-body's keys and refuses bad ones;
   - --kv-cache-dtype bfloat16 generates; bad input fails with a message naming it.
 Run: NIBBLE_BIN=build-eng/nibble python3 tests/engine/cli_engine.py"""
 import json
@@ -75,6 +76,21 @@ def main():
     if r.returncode != 0 or any(w not in out for w in want):
         print(f"bench-offline output:\n{out}\n{r.stderr}", file=sys.stderr)
         fails += 1
+    # --extra-request-body: sampled requests run and are reported; bad bodies fail with the
+    # server parser's message or one naming the key
+    r = run("bench-offline", "--model", MODEL, "--num-prompts", "4", "--input-len", "16", "--output-len", "6",
+            "--extra-request-body", '{"temperature": 0.7, "top_p": 0.9, "top_k": 50, "seed": 3}')
+    if r.returncode != 0 or "Total generated tokens:                  24" not in r.stdout or \
+            'sampling {"temperature":0.7,"top_p":0.9,"top_k":50,"seed":3}' not in r.stdout:
+        print(f"bench-offline --extra-request-body:\n{r.stdout}\n{r.stderr}", file=sys.stderr)
+        fails += 1
+    for body, word in (('{"temperature": -1}', "'temperature' = -1"), ('{"max_tokens": 4}', "'max_tokens'"),
+                       ("[1]", "not a JSON object"), ('{"top_k": "x"}', "top_k")):
+        r = run("bench-offline", "--model", MODEL, "--num-prompts", "1", "--input-len", "4", "--output-len", "2",
+                "--extra-request-body", body)
+        if r.returncode != 2 or word not in r.stderr:
+            print(f"bench-offline --extra-request-body {body}: rc {r.returncode}: {r.stderr}", file=sys.stderr)
+            fails += 1
     r = run("generate", "--model", MODEL, "--ids", "5,999", "--max-tokens", "2")
     if r.returncode == 0 or "999" not in r.stderr:
         print(f"bad id: rc {r.returncode}: {r.stderr}", file=sys.stderr)

@@ -182,6 +182,14 @@ static char *nb_request_body(const nb_bench_client_cfg *cfg, const nb_bench_prom
     cJSON *so = cJSON_AddObjectToObject(o, "stream_options");
     cJSON_AddBoolToObject(so, "include_usage", 1);
     if (cfg->ignore_eos) cJSON_AddBoolToObject(o, "ignore_eos", 1);
+    for (const cJSON *c = cfg->extra ? cfg->extra->child : NULL; c; c = c->next) {
+        cJSON *d = cJSON_Duplicate(c, 1);
+        if (!d) continue; /* out of memory: the print below fails too and says so */
+        if (cJSON_GetObjectItemCaseSensitive(o, c->string))
+            cJSON_ReplaceItemInObjectCaseSensitive(o, c->string, d);
+        else
+            cJSON_AddItemToObject(o, c->string, d);
+    }
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;

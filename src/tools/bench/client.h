@@ -2,12 +2,15 @@
  * libcurl multi interface and epoll (curl_multi_socket_action), so thousands of
  * Server-Sent-Event streams run concurrently without a thread each. Requests go to the
  * OpenAI streaming API (/v1/completions or /v1/chat/completions) with temperature 0,
- * stream_options.include_usage and, when asked, ignore_eos; every chunk is timed as
+ * stream_options.include_usage and, when asked, ignore_eos (then the keys of
+ * --extra-request-body over them, as SGLang's bench_serving merges its own); every chunk is timed as
  * SGLang's bench_serving times it (see metrics.h).
  * Exercised by tests/bench/test_bench_e2e.sh (against tests/bench/fake_openai.py and the
  * real server) and `nibble bench`. */
 #ifndef NB_TOOLS_BENCH_CLIENT_H
 #define NB_TOOLS_BENCH_CLIENT_H
+
+#include <cjson/cJSON.h>
 
 #include "nibble.h"
 #include "tools/bench/dataset.h"
@@ -25,6 +28,8 @@ typedef struct nb_bench_client_cfg {
     double timeout_s;      /* per request */
     int progress;          /* draw a progress bar (on a TTY) */
     const char *label;     /* progress bar label */
+    const cJSON *extra;    /* --extra-request-body: an object whose keys are set in every request
+                              body over the bench's own (SGLang's payload.update), or NULL */
 } nb_bench_client_cfg;
 
 /* Run n prompts; reqs[i] receives prompt i's timeline (caller zeroes reqs; frees them with

@@ -152,6 +152,10 @@ char *nb_bench_json_line(const nb_bench_setup *su, const nb_bench_level *lv)
     cJSON_AddNumberToObject(o, "seed", (double)su->seed);
     cJSON_AddBoolToObject(o, "ignore_eos", su->ignore_eos);
     cJSON_AddStringToObject(o, "input_lengths", su->length_note);
+    if (su->extra_body[0]) {
+        cJSON *x = cJSON_Parse(su->extra_body);
+        if (x) cJSON_AddItemToObject(o, "extra_request_body", x);
+    }
     cJSON_AddNumberToObject(o, "duration", m->duration_s);
     cJSON_AddNumberToObject(o, "completed", m->completed);
     cJSON_AddNumberToObject(o, "failed", m->failed);

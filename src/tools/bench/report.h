@@ -19,6 +19,7 @@ typedef struct nb_bench_setup {
     unsigned long long seed;
     int ignore_eos;
     char length_note[160]; /* how input lengths were made exact or approximated */
+    char extra_body[1024]; /* --extra-request-body as sent (compact JSON), or "" */
 } nb_bench_setup;
 
 typedef struct nb_bench_level {
