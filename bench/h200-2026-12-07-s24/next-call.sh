@@ -12,7 +12,9 @@
 #     4096 x 32768 and 1024 x 100000, then a 16k-token prompt's TTFT with NIBBLE_CUDA_DSA_TILE=0|1;
 #  4. where the MLA threshold belongs: the op at 1-2 tokens from 256 to 1024 positions, f32 / wg,
 #     GLM-5's 64 heads and DeepSeek-V3's 128 (NB_TEST_MLA_HEADS=128);
-#  5. the twenty-third round's items: the batch-1000 step kernel by kernel under ncu (skip 24,
+#  5. sampled requests at 1000 (--extra-request-body, new): greedy against T 0.7 / top-p 0.9 /
+#     top-k 50, the share of the step sampling takes (GPU sampling: ~2.8 ms at 1000 rows alone);
+#  6. the twenty-third round's items: the batch-1000 step kernel by kernel under ncu (skip 24,
 #     output 48) beside the eager per-op profile; the wg op on BF16 rows (share / staged A/Bs).
 # Prepare here:
 #   cmake --build build -j2 && BUILD=build scripts/device-verify.sh pack     (~4 min, .devbin.tar.xz)
@@ -49,7 +51,13 @@ for h in 64 128; do
   for c in 384 512 640 768 1024; do NB_TEST_MLA_HEADS=$h timeout 60 build/tests/test_cuda_mla_decode pick $c 1,2 >> $OUT0/pick-$h.log 2>&1; done
   echo "pick heads $h:"; grep "mla pick" $OUT0/pick-$h.log | cut -c1-170
 done
-# 5. the twenty-third round's profiles
+# 5. sampling's share of a 1000-request step
+S="--backend cuda --model synthetic:glm5:num_hidden_layers=8 --num-prompts 1000 --input-len 128 --output-len 48 --max-running-requests 1000"
+for ex in '{"temperature": 0}' '{"temperature": 0.7, "top_p": 0.9, "top_k": 50}'; do
+  timeout 100 build/nibble bench-offline $S --extra-request-body "$ex" > /tmp/smp.log 2>&1
+  echo "1000 requests, $ex: rc=$? $(grep -E "Decode-only step time" /tmp/smp.log | cut -c1-120)"
+done
+# 6. the twenty-third round's profiles
 M="--backend cuda --model synthetic:glm5:num_hidden_layers=8 --num-prompts 1000 --input-len 128 --output-len 48 --max-running-requests 1000"
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 NIBBLE_CUDA_PROFILER_RANGE=1 timeout 150 $NCU --profile-from-start off --cache-control none --clock-control none \

@@ -707,6 +707,8 @@ typedef struct dsa_spec {
                       selected. The CPU op refuses such an index: a host reference skips them */
     int tile;      /* the prefill form forced on (nb_cuda_dsa_force_tile; the mma form's scores):
                       also checked id for id against the mma form, one block per token */
+    int tile_group; /* its tokens per launch pair (nb_cuda_dsa_force_tile_group; 0: automatic) */
+    int reverse;   /* the batch's tokens in reverse order (a sequence's positions descending) */
 } dsa_spec;
 
 static int dsa_by_score(const void *x, const void *y)
@@ -765,6 +767,11 @@ static void dsa_case(dsa_spec c)
         for (int p = 0; p < c.fresh[s] + c.past[s]; p++)
             tab[b + p] = c.outside && p < c.past[s] && p % 3 == 1 ? (p % 2 ? -1 : rows + 5) : perm[b + p];
         for (int j = 0; j < c.fresh[s]; j++, t++) pos[t] = c.past[s] + j, base[t] = b;
+    }
+    for (int t = 0; c.reverse && t < T / 2; t++) {
+        const int32_t p0 = pos[t], b0 = base[t];
+        pos[t] = pos[T - 1 - t], base[t] = base[T - 1 - t];
+        pos[T - 1 - t] = p0, base[T - 1 - t] = b0;
     }
     float *pool = malloc((size_t)rows * rw * 4), *q = malloc((size_t)T * nh * hd * 4), *w = malloc((size_t)T * nh * 4);
     tu_fill(pool, (size_t)rows * rw, 1.0f);
@@ -842,6 +849,7 @@ static void dsa_case(dsa_spec c)
         dsp = tu_poisoned(sel_bytes), dsc = tu_poisoned(T * 4);
         nb_cuda_dsa_force_form(c.form);
         nb_cuda_dsa_force_tile(1);
+        nb_cuda_dsa_force_tile_group(c.tile_group);
     }
     nb_cuda_dsa_force_split(c.split);
     NB_CHECK_OK(nb_op_dsa_select(tu_gpu, &dq, &dw, sm, &dk, &dix, topk, dsp, dsc));
@@ -852,6 +860,7 @@ static void dsa_case(dsa_spec c)
     nb_cuda_dsa_force_split(-1);
     nb_cuda_dsa_force_form(-1);
     nb_cuda_dsa_force_tile(-1);
+    nb_cuda_dsa_force_tile_group(0);
     const int want_g = tile_ok ? (max_ctx + topk - 1) / topk : c.split > 1 ? c.split : 1;
     NB_CHECK_MSG(c.split == 1 ? G >= 2 : G == want_g, "split %d ran with G = %d (want %d)", c.split, G, want_g);
     NB_CHECK_OK(nb_ops_download(tu_gpu, sp2, dsp, sel_bytes));
@@ -953,6 +962,10 @@ static void test_dsa_select(void)
     DSA(.topk = 256, .form = 1, .tile = 1, .fresh = {40}, .past = {1500}, .zeros = 1);
     DSA(.topk = 256, .form = 1, .tile = 1, .fresh = {20, 10}, .past = {1200, 700}, .outside = 1);
     DSA(.topk = 256, .form = 1, .tile = 1, .fresh = {300}, .past = {0}); /* a first chunk: the diagonal from 0 */
+    DSA(.topk = 256, .form = 1, .tile = 1, .tile_group = 37, .fresh = {200}, .past = {2000}); /* 6 launch pairs */
+    DSA(.topk = 256, .form = 1, .tile = 1, .tile_group = 5, .fresh = {70, 40, 3}, .past = {3000, 150, 600});
+    /* a sequence's positions descending: a warp's rows loaded for a longer context serve shorter ones */
+    DSA(.topk = 256, .form = 1, .tile = 1, .reverse = 1, .fresh = {100, 30}, .past = {1500, 400});
     DSA(.topk = 256, .nh = 64, .form = 1, .tile = 1, .fresh = {20}, .past = {1100});
     DSA(.topk = 256, .form = 1, .tile = 1, .unaligned = 1, .fresh = {20}, .past = {1100});
 }
@@ -1193,6 +1206,10 @@ static int dsa_prefill_time(int T, int ctx)
                 NB_ASSERT(nb_op_dsa_select(tu_gpu, &dq, &dw, 1.0f / sqrtf((float)hd), &dk, &ix, topk, sp, sc) == NB_OK);
             NB_ASSERT(nb_ops_sync(tu_gpu) == NB_OK);
             ms[v][rep] = (double)(nb_now_ns() - t0) / 1e6 / 3;
+            if (tile[v] && nb_cuda_dsa_last_form() != 3) {
+                fprintf(stderr, "dsa-prefill: the prefill form did not run (CTX <= topk 2048?)\n");
+                return 1;
+            }
             if (rep == 0 && (v == 1 || v == 2)) {
                 NB_ASSERT(nb_ops_download(tu_gpu, ids[v - 1], sp, sel) == NB_OK);
                 NB_ASSERT(nb_ops_download(tu_gpu, cnt[v - 1], sc, (size_t)T * 4) == NB_OK);

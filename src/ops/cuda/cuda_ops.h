@@ -121,8 +121,12 @@ int nb_cuda_dsa_last_form(void);
  * positions for up to 32 tokens, the mma form's scores bit for bit, then the split merge; 32
  * heads of 128, 16-byte aligned rows, topk a multiple of 16, and idx->max_ctx set: never inside
  * a CUDA graph). 1 on at any token count, 0 off; anything else: back to NIBBLE_CUDA_DSA_TILE=0|1
- * (unset: off; 1: from 64 tokens). Read at each call. */
+ * (unset: off; 1: from 64 tokens; the variable is read once, the forced value at each call).
+ * Its scores are the mma form's, whatever NIBBLE_CUDA_DSA asks for the other paths. */
 void nb_cuda_dsa_force_tile(int on);
+/* Tests: the prefill form's tokens per launch pair (k_dsa_tile + merge); 0: as many as 256 MiB
+ * of candidates hold. */
+void nb_cuda_dsa_force_tile_group(int tokens);
 /* Tests and timings: the split merge's shared-memory room for the first radix digit's bin, in
  * keys (dsa.cu k_dsa_merge): 0 runs every digit over the candidates in global memory; a small
  * count forces that fallback where the bin is larger; -1 restores the automatic room (up to

@@ -2,8 +2,9 @@
 // nb_op_dsa_select): score[i, p] = sum_h w[i, h] relu(scale q[i, h] . key[p]).
 // A token whose context fits in topk selects every position in order (ops.h) without scoring
 // any. Otherwise the best `topk` keys (~ordered(score) << 32 | position: unique, and ascending
-// order is the CPU op's: score descending, ties to the lower position) are found in one of two
-// ways, with identical results (the same scoring code, exact selection):
+// order is the CPU op's: score descending, ties to the lower position) are found in one of
+// three ways, the first two with identical results (the same scoring code, exact selection),
+// the third with the mma form's (below, "The prefill form"):
 //   one block per token (k_dsa, 8 warps): the block keeps its best keys in shared memory and
 //     merges each chunk of S - topk new positions into them by a bitonic sort of S keys (S: the
 //     power of two >= 2 topk, >= 1024).
@@ -438,6 +439,8 @@ __global__ void __launch_bounds__(32 * NB_DSA_WARPS)
 #define NB_DSA_TILE_NH 32
 #define NB_DSA_TILE_QF (2 * NB_DSA_TILE_NH * 128)                    /* a query's split floats */
 #define NB_DSA_TILE_RAW (NB_DSA_TILE_QF / 4 / (32 * NB_DSA_WARPS)) /* fragment entries per thread */
+static_assert(NB_DSA_TILE_QF / 4 % (32 * NB_DSA_WARPS) == 0, "a query's fragment entries spread evenly over the block");
+static_assert(NB_DSA_TILE_NH <= 32 * NB_DSA_WARPS, "one head weight per thread");
 
 // The warp's 16 key rows (positions pw + g and pw + g + 8 of the token's slots, those below n)
 // as TF32 hi / lo A fragments, in dsa_score_mma's order; *oka / *okb: the lane's rows exist.
@@ -576,8 +579,9 @@ __global__ void __launch_bounds__(32 * NB_DSA_WARPS, 1)
             ta += __shfl_xor_sync(0xffffffffu, ta, 2);
             tb += __shfl_xor_sync(0xffffffffu, tb, 2);
             /* the keys of this token's split s: rows that exist, positions below n */
-            const int p_a = pw + g, p_b = p_a + 8, s = pw / topk;
-            const bool ka = t == 0 && oka && p_a < n, kb = t == 0 && okb && p_b < n;
+            const int p_a = pw + g, p_b = p_a + 8, s = pw / topk; /* one split: topk % 16 == 0 */
+            /* s < G holds where the host's bound does (pos + 1 <= max_ctx); past it, nothing is written */
+            const bool ka = t == 0 && oka && p_a < n && s < G, kb = t == 0 && okb && p_b < n && s < G;
             const unsigned ma = __ballot_sync(0xffffffffu, ka), mb = __ballot_sync(0xffffffffu, kb);
             unsigned long long *out = cand_g + ((int64_t)(i - t0) * G + s) * topk;
             int base = 0;
@@ -770,6 +774,8 @@ extern "C" void nb_cuda_dsa_force_hist(int match) { g_hist = match == 0 || match
 
 static int g_tile = -1; /* nb_cuda_dsa_force_tile; -1: NIBBLE_CUDA_DSA_TILE */
 extern "C" void nb_cuda_dsa_force_tile(int on) { g_tile = on == 0 || on == 1 ? on : -1; }
+static int g_tile_group; /* nb_cuda_dsa_force_tile_group; 0: from NB_DSA_TILE_SCRATCH */
+extern "C" void nb_cuda_dsa_force_tile_group(int tokens) { g_tile_group = tokens > 0 ? tokens : 0; }
 
 // A switch forced by a test (force >= 0), else the environment variable `name` read once into
 // *env: the index of its value in names[n], else def. A benign race reads the same value.
@@ -878,7 +884,7 @@ static nb_status dsa_merge_launch(cudaStream_t stream, int dev, int max_smem, co
 static nb_status dsa_tile_run(nb_ops_ctx *ctx, const dsa_args &a, int64_t T, int G, int dev, int max_smem)
 {
     const size_t per = (size_t)G * a.topk * 8 + (size_t)G * sizeof(int);
-    int64_t Tg = (int64_t)(NB_DSA_TILE_SCRATCH / per);
+    int64_t Tg = g_tile_group ? g_tile_group : (int64_t)(NB_DSA_TILE_SCRATCH / per);
     Tg = Tg < 1 ? 1 : Tg > T ? T : Tg;
     char *scr = (char *)nb_cuda_scratch(ctx, NB_DSA_TILE_SLOT, (size_t)Tg * per);
     if (!scr) return NB_ERR_OUT_OF_MEMORY; /* nb_cuda_scratch said why */
@@ -976,10 +982,14 @@ extern "C" nb_status nb_cuda_dsa_select(nb_ops_ctx *ctx, const nb_tensor *q, con
                         q->stride[0], q->stride[1], w->stride[0], key_pool->stride[0], key_pool->shape[0],
                         softmax_scale, nh, hd, topk, S, *idx, sel_pos, sel_count};
     cudaStream_t stream = nb_cuda_stream(ctx);
-    /* the prefill form: many tokens, contexts bounded by the host (never inside a graph) */
+    /* the prefill form: many tokens, contexts bounded by the host, never inside a graph (its
+     * grid and scratch follow max_ctx, which a replay would not: graph steps pass 0, and a
+     * capture is refused here whatever the caller passed) */
     const int tile_min = dsa_tile_min_tokens();
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     if (tile_min && T >= tile_min && aligned && nh == NB_DSA_TILE_NH && hd == 128 && topk % 16 == 0 &&
-        idx->max_ctx > topk && ((int64_t)idx->max_ctx + topk - 1) / topk <= NB_DSA_SPLIT_MAX) {
+        idx->max_ctx > topk && ((int64_t)idx->max_ctx + topk - 1) / topk <= NB_DSA_SPLIT_MAX &&
+        cudaStreamIsCapturing(stream, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusNone) {
         const int Gt = (int)(((int64_t)idx->max_ctx + topk - 1) / topk);
         g_last_form = 3;
         g_last_splits = Gt;
