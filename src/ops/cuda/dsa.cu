@@ -835,12 +835,12 @@ static cudaError_t dsa_smem_attr(const void *fn, int dev, size_t bytes)
         const void *fn;
         int dev;
         size_t bytes;
-    } memo[16]; /* every instance of the three kernels; a race only repeats a call */
+    } memo[48]; /* the four kernels' twelve instances on up to four devices; a race only repeats a call */
     int i = 0;
-    while (i < 16 && memo[i].fn && !(memo[i].fn == fn && memo[i].dev == dev)) i++;
-    if (i < 16 && memo[i].fn && memo[i].bytes >= bytes) return cudaSuccess;
+    while (i < 48 && memo[i].fn && !(memo[i].fn == fn && memo[i].dev == dev)) i++;
+    if (i < 48 && memo[i].fn && memo[i].bytes >= bytes) return cudaSuccess;
     const cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-    if (e == cudaSuccess && i < 16) memo[i].fn = fn, memo[i].dev = dev, memo[i].bytes = bytes;
+    if (e == cudaSuccess && i < 48) memo[i].fn = fn, memo[i].dev = dev, memo[i].bytes = bytes;
     return e;
 }
 
