@@ -41,7 +41,9 @@
  * step captures follow it: forward.h nb_forward_dsa_live, nb_forward_long_ctx): 0 dense over
  * short contexts, 1 dense over long ones, 2 a live DSA selection (long by construction). */
 #define CR_CLASSES 3
-static inline int cr_class(int dsa_live, int long_ctx) { return dsa_live ? 2 : long_ctx ? 1 : 0; }
+#if NIBBLE_HAVE_CUDA
+static int cr_class(int dsa_live, int long_ctx) { return dsa_live ? 2 : long_ctx ? 1 : 0; }
+#endif
 
 typedef struct cr_graph {
 #if NIBBLE_HAVE_CUDA
