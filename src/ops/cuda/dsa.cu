@@ -544,6 +544,9 @@ __global__ void __launch_bounds__(32 * NB_DSA_WARPS, 1)
                 dsa_tile_rows(ah, al, a, idx.slot_table + sb, pw, n, &oka, &okb);
                 cur_base = sb, loaded_n = n;
             }
+            /* dsa_score_mma's k-loop and totals, written out again on purpose: shared helpers
+             * compiled to other register allocations (k_dsa_part<-32>: 104 -> 80 registers and a
+             * spill) in kernels already timed; test_cuda_vs_cpu dsa_select checks the two id for id */
             const uint4 *qf = tile_q + buf * (NB_DSA_TILE_QF / 4);
             const float *wsh = wq + buf * NB_DSA_TILE_NH;
             float acc[NT][4];
