@@ -4,6 +4,8 @@
  * cuda_test_util.h), exactly for integer outputs (top-k ids; DSA selections modulo measured
  * near-ties). Filter by op: test_cuda_vs_cpu mla. Run on the GPU machine: ctest -L gpu
  * (exits 77 without a GPU). The linear and MLP cases are in test_cuda_linear.c. */
+#include <cuda_runtime.h>
+
 #include "base/clock.h"
 #include "cuda_test_util.h"
 #include "ops/cuda/cuda_ops.h"
@@ -710,11 +712,23 @@ typedef struct dsa_spec {
     int zeros;     /* 15 of 16 key rows negative against positive queries: those score exactly 0 */
     int outside;   /* every third past position's row is outside the pool (-1 or rows + 5): never
                       selected. The CPU op refuses such an index: a host reference skips them */
-    int tile;      /* the prefill form forced on (nb_cuda_dsa_force_tile; the mma form's scores):
-                      also checked id for id against the mma form, one block per token */
+    int tile;      /* the prefill form forced on (nb_cuda_dsa_force_tile): 1 k_dsa_tile (the mma
+                      form's scores: checked id for id against it, one block per token), 2
+                      k_dsa_tile_wg (compute capability 9; its ids unlike the mma form's are
+                      counted, and checked against the CPU op's like every form's). DSA() runs
+                      a case with tile 1 again with tile 2 */
     int tile_group; /* its tokens per launch pair (nb_cuda_dsa_force_tile_group; 0: automatic) */
     int reverse;   /* the batch's tokens in reverse order (a sequence's positions descending) */
 } dsa_spec;
+
+/* Compute capability 9: the prefill form's wgmma kernel runs (elsewhere k_dsa_tile stands in). */
+static int dsa_hopper(void)
+{
+    int dev = 0, cc = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, dev);
+    return cc == 9;
+}
 
 static int dsa_by_score(const void *x, const void *y)
 {
@@ -853,14 +867,14 @@ static void dsa_case(dsa_spec c)
         NB_CHECK_OK(nb_ops_download(tu_gpu, sc1, dsc, T * 4));
         dsp = tu_poisoned(sel_bytes), dsc = tu_poisoned(T * 4);
         nb_cuda_dsa_force_form(c.form);
-        nb_cuda_dsa_force_tile(1);
+        nb_cuda_dsa_force_tile(c.tile);
         nb_cuda_dsa_force_tile_group(c.tile_group);
     }
     nb_cuda_dsa_force_split(c.split);
     NB_CHECK_OK(nb_op_dsa_select(tu_gpu, &dq, &dw, sm, &dk, &dix, topk, dsp, dsc));
     G = nb_cuda_dsa_last_splits();
     /* the form that ran: the one asked for, or the next that takes the shape */
-    const int want = tile_ok ? 3 : c.unaligned ? 0 : c.form, ran = nb_cuda_dsa_last_form();
+    const int want = tile_ok ? (c.tile == 2 && dsa_hopper() ? 4 : 3) : c.unaligned ? 0 : c.form, ran = nb_cuda_dsa_last_form();
     NB_CHECK_MSG(ran == want, "form %d asked, %d expected, %d ran", c.form, want, ran);
     nb_cuda_dsa_force_split(-1);
     nb_cuda_dsa_force_form(-1);
@@ -913,10 +927,11 @@ static void dsa_case(dsa_spec c)
     char tok[64] = "";
     for (int s = 0, k = 0; s < 3; s++)
         if (c.fresh[s]) k += snprintf(tok + k, sizeof tok - k, "%s%d@%d", k ? " " : "", c.fresh[s], c.past[s]);
-    char split[64] = "one block per token";
+    char split[96] = "one block per token";
     if (c.split) snprintf(split, sizeof split, "%d splits (%d ids unlike unsplit)", G, split_diff);
-    if (c.tile) snprintf(split, sizeof split, "prefill tiles%s, G %d (%d ids unlike mma)", tile_ok ? "" : " (not taken)", G,
-                         split_diff);
+    if (c.tile) snprintf(split, sizeof split, "prefill %s%s, G %d (%d ids unlike mma)", c.tile == 2 ? "wgmma tiles" : "tiles",
+                         tile_ok ? "" : " (not taken)", G, split_diff);
+    if (c.tile == 2 && tile_ok && dsa_hopper()) split_diff = 0; /* its own sums: the CPU check above judges its ids */
     fprintf(stderr, "    dsa_select topk %d, %d heads, %s form%s%s%s, tokens new@past %s, %s: %d mismatches, %d near-ties "
             "(worst gap %.2g)%s\n", topk, nh, c.form == 2 ? "mma" : c.form ? "lanes" : "warp", c.unaligned ? " (unaligned rows)" : "",
             c.zeros ? ", zero ties" : "", c.outside ? ", rows outside" : "", tok, split, mism, ties, worst_gap,
@@ -927,7 +942,12 @@ static void dsa_case(dsa_spec c)
     tu_free_all();
 }
 
-#define DSA(...) dsa_case((dsa_spec){__VA_ARGS__})
+static void dsa_case2(dsa_spec c)
+{
+    dsa_case(c);
+    if (c.tile == 1) c.tile = 2, dsa_case(c);
+}
+#define DSA(...) dsa_case2((dsa_spec){__VA_ARGS__})
 
 static void test_dsa_select(void)
 {
@@ -1175,9 +1195,11 @@ static int dsa_time(int T, int ctx, int G)
 /* `test_cuda_vs_cpu dsa-prefill T CTX`: a prefill chunk at GLM-5's shape (32 heads x 128, topk
  * 2048): T tokens of one sequence at positions CTX - T .. CTX - 1 (each attends causally), the
  * host's bound max_ctx = CTX given as the engine's eager steps give it. One block per token in
- * the lanes and the mma forms, the prefill form (k_dsa_tile, then the merge) and its scoring
- * alone, A B C D A B C D, each the mean wall time of 3 eager calls after one (ms), and the
- * prefill form's ids checked against the mma form's (they share their scores bit for bit). */
+ * the lanes and the mma forms, then the prefill form's two kernels (k_dsa_tile, k_dsa_tile_wg
+ * where the device takes it), each whole (tiles, then the merge) and scoring alone, in rounds
+ * A B C D E F A B C D E F, each the mean wall time of 3 eager calls after one (ms). k_dsa_tile's
+ * ids must be the mma form's (the same scores bit for bit); k_dsa_tile_wg's that differ are
+ * counted (the tensor cores' own accumulation order; test_cuda_vs_cpu dsa_select checks them). */
 static int dsa_prefill_time(int T, int ctx)
 {
     const int nh = 32, hd = 128, topk = 2048, rw = hd + 4;
@@ -1200,11 +1222,15 @@ static int dsa_prefill_time(int T, int ctx)
     dk.stride[0] = rw;
     const size_t sel = (size_t)T * topk * 4;
     int32_t *sp = tu_poisoned(sel), *sc = tu_poisoned((size_t)T * 4);
-    int32_t *ids[2] = {malloc(sel), malloc(sel)}, *cnt[2] = {malloc((size_t)T * 4), malloc((size_t)T * 4)};
-    static const int form[4] = {1, 2, 2, 2}, tile[4] = {0, 0, 1, 1}, cap[4] = {-1, -1, -1, -2};
-    double ms[4][2];
+    enum { NV = 6 };
+    int32_t *ids[3], *cnt[3];
+    for (int k = 0; k < 3; k++) ids[k] = malloc(sel), cnt[k] = malloc((size_t)T * 4);
+    static const int form[NV] = {1, 2, 2, 2, 2, 2}, tile[NV] = {0, 0, 1, 1, 2, 2}, cap[NV] = {-1, -1, -1, -2, -1, -2};
+    static const int keep[NV] = {-1, 0, 1, -1, 2, -1}; /* whose ids are kept (the first round) */
+    const int wg = dsa_hopper();
+    double ms[NV][2];
     for (int rep = 0; rep < 2; rep++)
-        for (int v = 0; v < 4; v++) {
+        for (int v = 0; v < NV; v++) {
             nb_cuda_dsa_force_form(form[v]);
             nb_cuda_dsa_force_split(0);
             nb_cuda_dsa_force_tile(tile[v]);
@@ -1216,36 +1242,42 @@ static int dsa_prefill_time(int T, int ctx)
                 NB_ASSERT(nb_op_dsa_select(tu_gpu, &dq, &dw, 1.0f / sqrtf((float)hd), &dk, &ix, topk, sp, sc) == NB_OK);
             NB_ASSERT(nb_ops_sync(tu_gpu) == NB_OK);
             ms[v][rep] = (double)(nb_now_ns() - t0) / 1e6 / 3;
-            if (tile[v] && nb_cuda_dsa_last_form() != 3) {
-                fprintf(stderr, "dsa-prefill: the prefill form did not run (CTX <= topk 2048?)\n");
+            const int want = tile[v] == 2 && wg ? 4 : tile[v] ? 3 : form[v];
+            if (nb_cuda_dsa_last_form() != want) {
+                fprintf(stderr, "dsa-prefill: form %d ran where %d was asked (CTX <= topk 2048?)\n", nb_cuda_dsa_last_form(), want);
                 return 1;
             }
-            if (rep == 0 && (v == 1 || v == 2)) {
-                NB_ASSERT(nb_ops_download(tu_gpu, ids[v - 1], sp, sel) == NB_OK);
-                NB_ASSERT(nb_ops_download(tu_gpu, cnt[v - 1], sc, (size_t)T * 4) == NB_OK);
+            if (rep == 0 && keep[v] >= 0) {
+                NB_ASSERT(nb_ops_download(tu_gpu, ids[keep[v]], sp, sel) == NB_OK);
+                NB_ASSERT(nb_ops_download(tu_gpu, cnt[keep[v]], sc, (size_t)T * 4) == NB_OK);
             }
         }
     nb_cuda_dsa_force_merge_cap(-1);
     nb_cuda_dsa_force_form(-1);
     nb_cuda_dsa_force_split(-1);
     nb_cuda_dsa_force_tile(-1);
-    int64_t diff = 0;
-    for (int t = 0; t < T; t++) {
-        diff += cnt[0][t] != cnt[1][t];
-        for (int j = 0; j < cnt[0][t] && j < cnt[1][t] && j < topk; j++) diff += ids[0][(size_t)t * topk + j] != ids[1][(size_t)t * topk + j];
-    }
+    int64_t diff[3] = {0, 0, 0}; /* [k]: ids of kept set k unlike the mma form's */
+    for (int k = 1; k < 3; k++)
+        for (int t = 0; t < T; t++) {
+            diff[k] += cnt[0][t] != cnt[k][t];
+            for (int j = 0; j < cnt[0][t] && j < cnt[k][t] && j < topk; j++)
+                diff[k] += ids[0][(size_t)t * topk + j] != ids[k][(size_t)t * topk + j];
+        }
     double pairs = 0; /* (token, position) pairs scored: contexts above topk only */
     for (int t = 0; t < T; t++) pairs += pos[t] + 1 > topk ? pos[t] + 1 : 0;
-    const double best = ms[2][0] < ms[2][1] ? ms[2][0] : ms[2][1];
+    const double b1 = ms[2][0] < ms[2][1] ? ms[2][0] : ms[2][1], b2 = ms[4][0] < ms[4][1] ? ms[4][0] : ms[4][1];
     fprintf(stderr,
             "dsa_select prefill T=%d ctx %d (32 x 128, topk 2048): one block per token lanes %.3f / %.3f ms, mma %.3f / "
-            "%.3f ms; prefill tiles %.3f / %.3f ms (scoring alone %.3f / %.3f; %.1f T MAC/s); ids unlike mma: %lld%s\n",
+            "%.3f ms; prefill tiles %.3f / %.3f ms (scoring alone %.3f / %.3f; %.1f T MAC/s); ids unlike mma: %lld%s; "
+            "%s %.3f / %.3f ms (scoring alone %.3f / %.3f; %.1f T MAC/s); ids unlike mma: %lld\n",
             T, ctx, ms[0][0], ms[0][1], ms[1][0], ms[1][1], ms[2][0], ms[2][1], ms[3][0], ms[3][1],
-            pairs * nh * hd / (best * 1e-3) / 1e12, (long long)diff, diff ? "  <-- FAIL" : "");
-    free(ids[0]), free(ids[1]), free(cnt[0]), free(cnt[1]);
+            pairs * nh * hd / (b1 * 1e-3) / 1e12, (long long)diff[1], diff[1] ? "  <-- FAIL" : "",
+            wg ? "wgmma tiles" : "wgmma tiles (not on this device: tiles again)", ms[4][0], ms[4][1], ms[5][0], ms[5][1],
+            pairs * nh * hd / (b2 * 1e-3) / 1e12, (long long)diff[2]);
+    for (int k = 0; k < 3; k++) free(ids[k]), free(cnt[k]);
     free(pool), free(q), free(w), free(pos), free(base), free(tab);
     tu_free_all();
-    return diff ? 1 : 0;
+    return diff[1] ? 1 : 0;
 }
 
 int main(int argc, char **argv)

@@ -600,6 +600,183 @@ __global__ void __launch_bounds__(32 * NB_DSA_WARPS, 1)
     }
 }
 
+// The prefill form on warpgroup MMAs (k_dsa_tile_wg; NIBBLE_CUDA_DSA_TILE=2, sm_90a): the same
+// block shape as k_dsa_tile (128 positions x up to 32 tokens, 8 warps) as two warpgroups of 64
+// positions. A warp keeps its 16 key rows as TF32 hi / lo A fragments in registers (dsa_tile_rows:
+// the fragment order of mma.m16n8k8 is a wgmma A fragment's per warp), and the queries of two
+// tokens of one sequence at a time are B, in shared memory (K-major, 128-byte swizzle), split hi /
+// lo: per k-step three wgmma.m64n64k8 (lo.hi, hi.lo, hi.hi, the mma form's order). The tensor
+// cores read B straight from shared memory, where k_dsa_tile's warps each loaded every token's
+// 32 KB of fragments through the register file for 192 mma.sync; the next pair's queries are
+// loaded, split and stored while the current pair's wgmmas run. Keys go to fixed slots (position
+// p of split s at p - s topk; rows outside the pool as ~0, counted in cnt_g), so no atomic round
+// trip per token: the merge takes its counts from the contexts (dense mode). Scores equal the mma
+// form's up to the tensor cores' accumulation order.
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define DSA_WG_ARCH 1
+#else
+#define DSA_WG_ARCH 0
+#endif
+#define NB_DSA_WG_U 2                                 /* tokens per wgmma group */
+#define NB_DSA_WG_N (NB_DSA_WG_U * NB_DSA_TILE_NH)    /* B's rows: token-major heads */
+#define NB_DSA_WG_OPND (4 * NB_DSA_WG_N * 128)        /* one half (hi or lo): 4 k-tiles x N rows x 128 B */
+#define NB_DSA_WG_STAGE (2 * NB_DSA_WG_OPND)          /* hi, then lo */
+#define NB_DSA_WG_SMEM (2 * NB_DSA_WG_STAGE + 2 * NB_DSA_WG_N * 4 + 1024) /* two stages, weights, alignment */
+
+__device__ __forceinline__ uint64_t dsa_wg_desc(uint32_t saddr) /* K-major, 128-byte swizzle, 8-row atoms 1 KB apart */
+{
+    return (uint64_t)((saddr & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+
+// D (64 x 64, F32) += A . B^T in TF32, A (this warp's 16 rows, m16n8k8 order) in registers.
+__device__ __forceinline__ void dsa_wg_rs(float (&d)[32], const uint32_t *a, uint64_t desc)
+{
+#if DSA_WG_ARCH
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,"
+                 "%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+#endif
+}
+
+// The token after i in [i, i1) with work in the block at pb that shares i's sequence, else -1.
+__device__ __forceinline__ int dsa_wg_pair(const nb_attn_index &idx, int i, int i1, int topk, int pb)
+{
+    const int j = dsa_tile_next(idx.pos, i, i1, topk, pb);
+    return j < i1 && idx.slot_base[j] == idx.slot_base[i] ? j : -1;
+}
+
+// Tokens i and j (j < 0: none; its rows zero, never read back) into
+// stage buf: B row 32 v + h is token v's head h; logical k 8 ks + t + 4 e is dim 32 t + 2 ks + e
+// (the key fragments' order), so lane l's dims 32 t + l (t < 4: coalesced loads) are logical k
+// 4 l .. 4 l + 3, one 16-byte unit: k-tile l / 8, unit l % 8 of the row's 128 bytes, swizzled.
+__device__ __forceinline__ void dsa_wg_store_q(unsigned char *sm, float *wq, int buf, const dsa_args &a, int i, int j)
+{
+    constexpr int RW = NB_DSA_WG_N / NB_DSA_WARPS; /* rows per warp */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float v[RW][4];
+#pragma unroll
+    for (int r = 0; r < RW; r++) {
+        const int row = warp + NB_DSA_WARPS * r, tok = row < NB_DSA_TILE_NH ? i : j, h = row % NB_DSA_TILE_NH;
+        const float *qh = a.q + (int64_t)(tok < 0 ? i : tok) * a.qs0 + (int64_t)h * a.qs1 + lane;
+#pragma unroll
+        for (int t = 0; t < 4; t++) v[r][t] = tok < 0 ? 0.0f : __ldg(qh + 32 * t);
+    }
+    unsigned char *st = sm + buf * NB_DSA_WG_STAGE;
+#pragma unroll
+    for (int r = 0; r < RW; r++) {
+        const int row = warp + NB_DSA_WARPS * r;
+        uint32_t hi[4], lo[4];
+#pragma unroll
+        for (int t = 0; t < 4; t++) dsa_tf32_split(v[r][t], &hi[t], &lo[t]);
+        const int off = (lane >> 3) * (NB_DSA_WG_N * 128) + row * 128 + (((lane & 7) ^ (row & 7)) << 4);
+        *(uint4 *)(st + off) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        *(uint4 *)(st + NB_DSA_WG_OPND + off) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    }
+    if (threadIdx.x < NB_DSA_WG_N) {
+        const int tok = threadIdx.x < NB_DSA_TILE_NH ? i : j;
+        wq[buf * NB_DSA_WG_N + threadIdx.x] = tok < 0 ? 0.0f : __ldg(a.w + (int64_t)tok * a.ws0 + threadIdx.x % NB_DSA_TILE_NH);
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* the wgmmas read these stores */
+}
+
+__global__ void __launch_bounds__(32 * NB_DSA_WARPS, 1)
+    k_dsa_tile_wg(const __grid_constant__ dsa_args a, int t0, int t1, int G, unsigned long long *cand_g, int *cnt_g)
+{
+#if DSA_WG_ARCH
+    extern __shared__ unsigned char dsa_wg_raw[];
+    unsigned char *sm = (unsigned char *)(((uintptr_t)dsa_wg_raw + 1023) & ~(uintptr_t)1023);
+    float *wq = (float *)(sm + 2 * NB_DSA_WG_STAGE);
+    const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(sm);
+    const nb_attn_index idx = a.idx;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5, topk = a.topk;
+    const int i0 = t0 + (int)blockIdx.y * NB_DSA_TILE_T, i1 = min(i0 + NB_DSA_TILE_T, t1);
+    const int pb = (int)blockIdx.x * NB_DSA_TILE_P, pw = pb + 16 * warp;
+    if (blockIdx.x == 0)
+        for (int i = i0; i < i1; i++)
+            if (idx.pos[i] + 1 <= topk) dsa_write_all(a, i, idx.pos[i] + 1);
+    int i = dsa_tile_next(idx.pos, i0 - 1, i1, topk, pb);
+    if (i >= i1) return;
+    int j = dsa_wg_pair(idx, i, i1, topk, pb);
+    dsa_wg_store_q(sm, wq, 0, a, i, j);
+    __syncthreads();
+    uint32_t ah[16][4], al[16][4];
+#pragma unroll
+    for (int s = 0; s < 16; s++) ah[s][0] = ah[s][1] = ah[s][2] = ah[s][3] = al[s][0] = al[s][1] = al[s][2] = al[s][3] = 0;
+    bool oka = false, okb = false;
+    int cur_base = -1, loaded_n = 0;
+    for (int buf = 0; i < i1; buf ^= 1) {
+        const int inext = dsa_tile_next(idx.pos, j >= 0 ? j : i, i1, topk, pb);
+        const int jnext = inext < i1 ? dsa_wg_pair(idx, inext, i1, topk, pb) : -1;
+        const int n0 = idx.pos[i] + 1, n1 = j >= 0 ? idx.pos[j] + 1 : 0, nmax = max(n0, n1), sb = idx.slot_base[i];
+        if (pw < nmax && (sb != cur_base || (nmax > loaded_n && pw + 16 > loaded_n))) {
+            dsa_tile_rows((uint32_t (*)[8][4])ah, (uint32_t (*)[8][4])al, a, idx.slot_table + sb, pw, nmax, &oka, &okb);
+            cur_base = sb, loaded_n = nmax;
+        }
+        /* every warpgroup issues its wgmmas, even one whose rows are all past the pair's contexts
+         * (a diagonal block's last): under a branch ptxas serializes them (C7518) */
+        float acc[32];
+#pragma unroll
+        for (int e = 0; e < 32; e++) acc[e] = 0.0f;
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        const uint32_t qb = sbase + buf * NB_DSA_WG_STAGE;
+#pragma unroll
+        for (int ks = 0; ks < 16; ks++) {
+            const uint32_t off = (ks >> 2) * (NB_DSA_WG_N * 128) + (ks & 3) * 32;
+            dsa_wg_rs(acc, al[ks], dsa_wg_desc(qb + off));
+            dsa_wg_rs(acc, ah[ks], dsa_wg_desc(qb + NB_DSA_WG_OPND + off));
+            dsa_wg_rs(acc, ah[ks], dsa_wg_desc(qb + off));
+        }
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        if (inext < i1) dsa_wg_store_q(sm, wq, buf ^ 1, a, inext, jnext);
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+        for (int e = 0; e < 32; e++) asm volatile("" : "+f"(acc[e])::"memory");
+        if (pw < nmax) { /* the warp's rows reach a token of the pair */
+            const int p_a = pw + g, p_b = p_a + 8, s = pw / topk; /* one split: topk % 16 == 0 */
+#pragma unroll
+            for (int v = 0; v < NB_DSA_WG_U; v++) {
+                const int tok = v ? j : i, n = v ? n1 : n0;
+                float ta = 0.0f, tb = 0.0f;
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const float wh = wq[buf * NB_DSA_WG_N + 32 * v + 8 * nt + 2 * t + e];
+                        const float da = acc[4 * (4 * v + nt) + e] * a.sm, db = acc[4 * (4 * v + nt) + 2 + e] * a.sm;
+                        if (da > 0) ta += da * wh;
+                        if (db > 0) tb += db * wh;
+                    }
+                ta += __shfl_xor_sync(0xffffffffu, ta, 1);
+                tb += __shfl_xor_sync(0xffffffffu, tb, 1);
+                ta += __shfl_xor_sync(0xffffffffu, ta, 2);
+                tb += __shfl_xor_sync(0xffffffffu, tb, 2);
+                /* s < G holds where the host's bound does (pos + 1 <= max_ctx); past it, nothing is written */
+                if (tok < 0 || t != 0 || s >= G) continue;
+                unsigned long long *out = cand_g + ((int64_t)(tok - t0) * G + s) * topk - (int64_t)s * topk;
+                int *bad = cnt_g + (int64_t)(tok - t0) * G + s;
+                if (p_a < n) {
+                    out[p_a] = oka ? dsa_key(ta, p_a) : ~0ull;
+                    if (!oka) atomicAdd(bad, 1);
+                }
+                if (p_b < n) {
+                    out[p_b] = okb ? dsa_key(tb, p_b) : ~0ull;
+                    if (!okb) atomicAdd(bad, 1);
+                }
+            }
+        }
+        __syncthreads(); /* this stage's wgmmas are done; the next stage is stored */
+        i = inext, j = jnext;
+    }
+#else
+    __trap(); /* launched only on compute capability 9 devices of an sm_90a build (dsa_tile_wg_ok) */
+#endif
+}
+
 // The merge's passes over candidates. Every call is made by whole warps together.
 #define NB_DSA_HIST 0   /* histogram the digit at sh of the keys matching prefix */
 #define NB_DSA_GATHER 1 /* keys at or below prefix (on mask's bits) -> sel */
@@ -657,7 +834,7 @@ __device__ __forceinline__ void dsa_pass_splits(int mode, const unsigned long lo
             }
 #pragma unroll
             for (int u = 0; u < NB_DSA_MERGE_U; u++)
-                if (j0 + 32 * u < cs) dsa_visit(mode, k[u], j0 + 32 * u + lane < cs, p);
+                if (j0 + 32 * u < cs) dsa_visit(mode, k[u], k[u] != ~0ull, p); /* ~0: a row outside the pool (dense) */
         }
     }
 }
@@ -716,9 +893,11 @@ __device__ __forceinline__ bool dsa_digit(dsa_pass *p, int *top, int pb, int *ne
 // to sel and the keys in it to shared memory (when at most wcap: the bin of the topk-th score
 // holds a small share of the candidates); the lower digits then run there. Otherwise (or wcap
 // 0) every digit passes over the global candidates, and a last pass gathers the selection.
+// dense (k_dsa_tile_wg's candidates): split s holds every position from s topk below the
+// token's context at its slot, ~0 for rows outside the pool, and cnt_g counts those ~0 keys.
 __global__ void __launch_bounds__(NB_DSA_MERGE_THREADS)
     k_dsa_merge(const unsigned long long *cand_g, const int *cnt_g, int G, const int32_t *pos, int topk, int P,
-                int wcap, int match, int32_t *sel_pos, int32_t *sel_count)
+                int wcap, int match, int dense, int32_t *sel_pos, int32_t *sel_count)
 {
     extern __shared__ unsigned long long sel[]; /* [P], then the bin's keys [wcap] */
     __shared__ unsigned hist[1 << NB_DSA_DIGIT];
@@ -728,7 +907,14 @@ __global__ void __launch_bounds__(NB_DSA_MERGE_THREADS)
     const unsigned long long *cand = cand_g + (int64_t)i * G * topk;
     unsigned long long *wk = sel + P;
     int c = 0, C;
-    for (int s = threadIdx.x; s < G; s += blockDim.x) c += scnt[s] = cnt_g[(int64_t)i * G + s];
+    for (int s = threadIdx.x; s < G; s += blockDim.x) {
+        if (dense) { /* k_dsa_tile_wg: split s holds positions s topk .. below n, cnt_g the ~0 keys among them */
+            scnt[s] = min(max(n - s * topk, 0), topk);
+            c += scnt[s] - cnt_g[(int64_t)i * G + s];
+        } else {
+            c += scnt[s] = cnt_g[(int64_t)i * G + s];
+        }
+    }
     if (threadIdx.x == 0) nsel = 0, nwk = 0;
     dsa_block_scan(c, wsum, &C); /* its barriers publish scnt, nsel and nwk */
     dsa_pass p = {0, 0, 0, 0, match, hist, sel, wk, &nsel, &nwk};
@@ -776,7 +962,7 @@ extern "C" void nb_cuda_dsa_force_merge_cap(int keys) { g_merge_cap = keys >= -2
 extern "C" void nb_cuda_dsa_force_hist(int match) { g_hist = match == 0 || match == 1 ? match : -1; }
 
 static int g_tile = -1; /* nb_cuda_dsa_force_tile; -1: NIBBLE_CUDA_DSA_TILE */
-extern "C" void nb_cuda_dsa_force_tile(int on) { g_tile = on == 0 || on == 1 ? on : -1; }
+extern "C" void nb_cuda_dsa_force_tile(int on) { g_tile = on >= 0 && on <= 2 ? on : -1; }
 static int g_tile_group; /* nb_cuda_dsa_force_tile_group; 0: from NB_DSA_TILE_SCRATCH */
 extern "C" void nb_cuda_dsa_force_tile_group(int tokens) { g_tile_group = tokens > 0 ? tokens : 0; }
 
@@ -838,33 +1024,48 @@ static cudaError_t dsa_smem_attr(const void *fn, int dev, size_t bytes)
         const void *fn;
         int dev;
         size_t bytes;
-    } memo[48]; /* the four kernels' twelve instances on up to four devices; a race only repeats a call */
+    } memo[64]; /* the five kernels' thirteen instances on up to four devices; a race only repeats a call */
     int i = 0;
-    while (i < 48 && memo[i].fn && !(memo[i].fn == fn && memo[i].dev == dev)) i++;
-    if (i < 48 && memo[i].fn && memo[i].bytes >= bytes) return cudaSuccess;
+    while (i < 64 && memo[i].fn && !(memo[i].fn == fn && memo[i].dev == dev)) i++;
+    if (i < 64 && memo[i].fn && memo[i].bytes >= bytes) return cudaSuccess;
     const cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-    if (e == cudaSuccess && i < 48) memo[i].fn = fn, memo[i].dev = dev, memo[i].bytes = bytes;
+    if (e == cudaSuccess && i < 64) memo[i].fn = fn, memo[i].dev = dev, memo[i].bytes = bytes;
     return e;
 }
 
-// The prefill form (k_dsa_tile): 1 forced on (any token count), 0 off, else NIBBLE_CUDA_DSA_TILE=0|1
-// (1: from NB_DSA_TILE_MIN_TOKENS tokens), else NB_CUDA_DSA_TILE_DEFAULT: off until it is measured.
+// The prefill form: 1 (k_dsa_tile, mma.sync) or 2 (k_dsa_tile_wg, wgmma; k_dsa_tile on devices
+// other than compute capability 9) forced on at any token count, 0 off, else
+// NIBBLE_CUDA_DSA_TILE=0|1|2 (from NB_DSA_TILE_MIN_TOKENS tokens), else NB_CUDA_DSA_TILE_DEFAULT.
 #define NB_CUDA_DSA_TILE_DEFAULT 0
 #define NB_DSA_TILE_MIN_TOKENS 64
+static int dsa_tile_mode(void)
+{
+    if (g_tile >= 0) return g_tile;
+    static const char *const names[] = {"0", "1", "2"};
+    static int env = -1;
+    return dsa_switch(-1, "NIBBLE_CUDA_DSA_TILE", names, 3, &env, NB_CUDA_DSA_TILE_DEFAULT);
+}
 #define NB_DSA_TILE_SCRATCH ((size_t)256 << 20) /* candidates per launch pair at most (tokens in groups) */
 #define NB_DSA_TILE_SLOT 3 /* the MLA op's and the experts' big slot: already large at prefill sizes */
-static int dsa_tile_min_tokens(void)
+static int dsa_tile_min_tokens(void) { return !dsa_tile_mode() ? 0 : g_tile >= 0 ? 1 : NB_DSA_TILE_MIN_TOKENS; }
+
+// k_dsa_tile_wg runs here: compute capability 9 (its sm_90a code; other devices trap in it).
+static int dsa_tile_wg_ok(int dev)
 {
-    if (g_tile >= 0) return g_tile ? 1 : 0;
-    static const char *const names[] = {"0", "1"};
-    static int env = -1;
-    return dsa_switch(-1, "NIBBLE_CUDA_DSA_TILE", names, 2, &env, NB_CUDA_DSA_TILE_DEFAULT) ? NB_DSA_TILE_MIN_TOKENS : 0;
+    static int major[16]; /* per device, 0: not asked yet */
+    int m = dev >= 0 && dev < 16 ? major[dev] : 0;
+    if (m <= 0) {
+        if (cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) cudaGetLastError(), m = -1;
+        if (dev >= 0 && dev < 16) major[dev] = m;
+    }
+    return m == 9;
 }
 
 // k_dsa_merge over T tokens' candidates [T][G][topk] (counts [T][G]); pos, sel_pos and sel_count
 // already offset to the first of them.
 static nb_status dsa_merge_launch(cudaStream_t stream, int dev, int max_smem, const unsigned long long *cand, const int *cnt,
-                                  int G, int64_t T, const int32_t *pos, int topk, int32_t *sel_pos, int32_t *sel_count)
+                                  int G, int64_t T, const int32_t *pos, int topk, int dense, int32_t *sel_pos,
+                                  int32_t *sel_count)
 {
     int P = 1; /* the merge's sort: P <= S / 2 keys, so P * 8 + its ~11 KiB of its own fit where k_dsa does */
     while (P < topk) P <<= 1;
@@ -876,15 +1077,15 @@ static nb_status dsa_merge_launch(cudaStream_t stream, int dev, int max_smem, co
         return nb_error(NB_ERR_INVALID_ARG, "dsa_select: merge capacity %lld keys does not fit shared memory", (long long)wcap);
     NB_CUDA_TRY(dsa_smem_attr((const void *)k_dsa_merge, dev, msmem));
     k_dsa_merge<<<(unsigned)T, NB_DSA_MERGE_THREADS, msmem, stream>>>(cand, cnt, G, pos, topk, P, (int)wcap,
-                                                                       dsa_hist_match(), sel_pos, sel_count);
+                                                                       dsa_hist_match(), dense, sel_pos, sel_count);
     NB_CUDA_LAUNCHED("dsa_select (merge)");
     return NB_OK;
 }
 
 // The prefill form for T tokens whose contexts are at most max_ctx: G = ceil(max_ctx / topk)
 // splits per token, the tokens in groups whose candidates fit NB_DSA_TILE_SCRATCH, each group a
-// k_dsa_tile launch and a k_dsa_merge launch.
-static nb_status dsa_tile_run(nb_ops_ctx *ctx, const dsa_args &a, int64_t T, int G, int dev, int max_smem)
+// k_dsa_tile (wg: k_dsa_tile_wg) launch and a k_dsa_merge launch.
+static nb_status dsa_tile_run(nb_ops_ctx *ctx, const dsa_args &a, int64_t T, int G, int dev, int max_smem, int wg)
 {
     const size_t per = (size_t)G * a.topk * 8 + (size_t)G * sizeof(int);
     int64_t Tg = g_tile_group ? g_tile_group : (int64_t)(NB_DSA_TILE_SCRATCH / per);
@@ -893,19 +1094,22 @@ static nb_status dsa_tile_run(nb_ops_ctx *ctx, const dsa_args &a, int64_t T, int
     if (!scr) return NB_ERR_OUT_OF_MEMORY; /* nb_cuda_scratch said why */
     unsigned long long *cand = (unsigned long long *)scr;
     int *cnt = (int *)(scr + (size_t)Tg * G * a.topk * 8);
-    const size_t smem = (size_t)(2 * NB_DSA_TILE_QF + 2 * NB_DSA_TILE_NH) * sizeof(float);
+    const size_t smem = wg ? (size_t)NB_DSA_WG_SMEM : (size_t)(2 * NB_DSA_TILE_QF + 2 * NB_DSA_TILE_NH) * sizeof(float);
     if (smem > (size_t)max_smem) return nb_error(NB_ERR_UNSUPPORTED, "dsa_select: the prefill form needs %zu bytes of shared memory", smem);
-    NB_CUDA_TRY(dsa_smem_attr((const void *)k_dsa_tile, dev, smem));
+    NB_CUDA_TRY(dsa_smem_attr(wg ? (const void *)k_dsa_tile_wg : (const void *)k_dsa_tile, dev, smem));
     cudaStream_t stream = nb_cuda_stream(ctx);
     const unsigned px = (unsigned)((a.idx.max_ctx + NB_DSA_TILE_P - 1) / NB_DSA_TILE_P);
     for (int64_t t0 = 0; t0 < T; t0 += Tg) {
         const int64_t t1 = t0 + Tg < T ? t0 + Tg : T;
         NB_CUDA_TRY(cudaMemsetAsync(cnt, 0, (size_t)(t1 - t0) * G * sizeof(int), stream));
         const unsigned py = (unsigned)((t1 - t0 + NB_DSA_TILE_T - 1) / NB_DSA_TILE_T);
-        k_dsa_tile<<<dim3(px, py), 32 * NB_DSA_WARPS, smem, stream>>>(a, (int)t0, (int)t1, G, cand, cnt);
+        if (wg)
+            k_dsa_tile_wg<<<dim3(px, py), 32 * NB_DSA_WARPS, smem, stream>>>(a, (int)t0, (int)t1, G, cand, cnt);
+        else
+            k_dsa_tile<<<dim3(px, py), 32 * NB_DSA_WARPS, smem, stream>>>(a, (int)t0, (int)t1, G, cand, cnt);
         NB_CUDA_LAUNCHED("dsa_select (prefill tiles)");
         if (g_merge_cap == -2) continue; /* timing the scoring alone */
-        NB_TRY(dsa_merge_launch(stream, dev, max_smem, cand, cnt, G, t1 - t0, a.idx.pos + t0, a.topk,
+        NB_TRY(dsa_merge_launch(stream, dev, max_smem, cand, cnt, G, t1 - t0, a.idx.pos + t0, a.topk, wg,
                                 a.sel_pos + t0 * a.topk, a.sel_count + t0));
     }
     return NB_OK;
@@ -994,9 +1198,10 @@ extern "C" nb_status nb_cuda_dsa_select(nb_ops_ctx *ctx, const nb_tensor *q, con
         idx->max_ctx > topk && ((int64_t)idx->max_ctx + topk - 1) / topk <= NB_DSA_SPLIT_MAX &&
         cudaStreamIsCapturing(stream, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusNone) {
         const int Gt = (int)(((int64_t)idx->max_ctx + topk - 1) / topk);
-        g_last_form = 3;
+        const int wg = dsa_tile_mode() == 2 && dsa_tile_wg_ok(dev);
+        g_last_form = wg ? 4 : 3;
         g_last_splits = Gt;
-        return dsa_tile_run(ctx, a, T, Gt, dev, max_smem);
+        return dsa_tile_run(ctx, a, T, Gt, dev, max_smem, wg);
     }
     const int G = smem + 64 <= (size_t)max_smem ? dsa_splits(ctx, T, part, smem) : 1; /* + k_dsa_part's own */
     g_last_splits = G;
@@ -1016,5 +1221,5 @@ extern "C" nb_status nb_cuda_dsa_select(nb_ops_ctx *ctx, const nb_tensor *q, con
     part<<<dim3((unsigned)G, (unsigned)T), 32 * NB_DSA_WARPS, smem, stream>>>(a, G, cand, cnt);
     NB_CUDA_LAUNCHED("dsa_select (split)");
     if (g_merge_cap == -2) return NB_OK; /* timing the part kernel alone */
-    return dsa_merge_launch(stream, dev, max_smem, cand, cnt, G, T, idx->pos, topk, sel_pos, sel_count);
+    return dsa_merge_launch(stream, dev, max_smem, cand, cnt, G, T, idx->pos, topk, 0, sel_pos, sel_count);
 }
