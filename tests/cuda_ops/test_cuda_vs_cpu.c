@@ -824,6 +824,7 @@ static void dsa_case(dsa_spec c)
     else
         NB_CHECK_OK(nb_op_dsa_select(tu_cpu, &hq, &hw, sm, &hk, &hix, topk, sp, sc));
     nb_cuda_dsa_force_form(c.form);
+    nb_cuda_dsa_force_tile(0); /* the forms asked for: the prefill form (on by default) only where the case says */
     int G = 1;
     if (c.split) { /* the unsplit op first: the split one must give its ids exactly */
         nb_cuda_dsa_force_split(0);

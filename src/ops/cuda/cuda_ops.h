@@ -114,15 +114,16 @@ void nb_cuda_dsa_force_form(int form);
 void nb_cuda_dsa_force_split(int split);
 /* The splits per token of the last nb_cuda_dsa_select call (1: one block per token). */
 int nb_cuda_dsa_last_splits(void);
-/* The scoring form the last nb_cuda_dsa_select call ran: 3 the prefill tiles (the mma form's
- * scores, nb_cuda_dsa_force_tile), 2 mma, 1 lanes, 0 warp. */
+/* The scoring form the last nb_cuda_dsa_select call ran: 4 the prefill tiles on wgmma, 3 the
+ * prefill tiles on mma.sync (nb_cuda_dsa_force_tile), 2 mma, 1 lanes, 0 warp. */
 int nb_cuda_dsa_last_form(void);
-/* Tests and timings: dsa_select's prefill form (dsa.cu k_dsa_tile: a block scores 128
- * positions for up to 32 tokens, the mma form's scores bit for bit, then the split merge; 32
- * heads of 128, 16-byte aligned rows, topk a multiple of 16, and idx->max_ctx set: never inside
- * a CUDA graph). 1 on at any token count, 0 off; anything else: back to NIBBLE_CUDA_DSA_TILE=0|1
- * (unset: off; 1: from 64 tokens; the variable is read once, the forced value at each call).
- * Its scores are the mma form's, whatever NIBBLE_CUDA_DSA asks for the other paths. */
+/* Tests and timings: dsa_select's prefill form (dsa.cu: a block scores 128 positions for up to
+ * 32 tokens, then the split merge; 32 heads of 128, 16-byte aligned rows, topk a multiple of 16,
+ * and idx->max_ctx set: never inside a CUDA graph). 1 k_dsa_tile (mma.sync, the mma form's scores
+ * bit for bit), 2 k_dsa_tile_wg (wgmma, compute capability 9; elsewhere k_dsa_tile), forced at any
+ * token count; 0 off; anything else: back to NIBBLE_CUDA_DSA_TILE=0|1|2 (unset: 2; from 64 tokens;
+ * the variable is read once, the forced value at each call). Its scores are the mma form's
+ * whatever NIBBLE_CUDA_DSA asks for the other paths. */
 void nb_cuda_dsa_force_tile(int on);
 /* Tests: the prefill form's tokens per launch pair (k_dsa_tile + merge); 0: as many as 256 MiB
  * of candidates hold. */

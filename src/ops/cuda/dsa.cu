@@ -421,7 +421,7 @@ __global__ void __launch_bounds__(32 * NB_DSA_WARPS)
     if (threadIdx.x == 0) *cnt = kept;
 }
 
-// The prefill form (k_dsa_tile; NIBBLE_CUDA_DSA_TILE, off by default until measured): the mma
+// The prefill form (k_dsa_tile; NIBBLE_CUDA_DSA_TILE=1, and where k_dsa_tile_wg cannot run): the mma
 // form's scores, bit for bit (the same fragments, products and sums per position), for many
 // tokens at a time. A block of NB_DSA_WARPS warps takes NB_DSA_TILE_P positions and a group of up
 // to NB_DSA_TILE_T tokens; each warp splits its 16 key rows into TF32 hi / lo A fragments once
@@ -1035,8 +1035,10 @@ static cudaError_t dsa_smem_attr(const void *fn, int dev, size_t bytes)
 
 // The prefill form: 1 (k_dsa_tile, mma.sync) or 2 (k_dsa_tile_wg, wgmma; k_dsa_tile on devices
 // other than compute capability 9) forced on at any token count, 0 off, else
-// NIBBLE_CUDA_DSA_TILE=0|1|2 (from NB_DSA_TILE_MIN_TOKENS tokens), else NB_CUDA_DSA_TILE_DEFAULT.
-#define NB_CUDA_DSA_TILE_DEFAULT 0
+// NIBBLE_CUDA_DSA_TILE=0|1|2 (from NB_DSA_TILE_MIN_TOKENS tokens), else NB_CUDA_DSA_TILE_DEFAULT:
+// 2 since the twenty-fifth session (H100: the op 2.8-3.5x the lanes form at 2048 x 8192 to 1024 x
+// 100k, a 16k prompt's prefill 1.29x; the same ids as the mma form in every test case).
+#define NB_CUDA_DSA_TILE_DEFAULT 2
 #define NB_DSA_TILE_MIN_TOKENS 64
 static int dsa_tile_mode(void)
 {
