@@ -650,8 +650,8 @@ __device__ __forceinline__ int dsa_wg_pair(const nb_attn_index &idx, int i, int 
     return j < i1 && idx.slot_base[j] == idx.slot_base[i] ? j : -1;
 }
 
-// Tokens i and j (j < 0: none; its rows zero, never read back) into
-// stage buf: B row 32 v + h is token v's head h; logical k 8 ks + t + 4 e is dim 32 t + 2 ks + e
+// Tokens i and j (j < 0: none; its rows zero, never read back) into stage buf: B row 32 v + h
+// is token v's head h; logical k 8 ks + t + 4 e is dim 32 t + 2 ks + e
 // (the key fragments' order), so lane l's dims 32 t + l (t < 4: coalesced loads) are logical k
 // 4 l .. 4 l + 3, one 16-byte unit: k-tile l / 8, unit l % 8 of the row's 128 bytes, swizzled.
 __device__ __forceinline__ void dsa_wg_store_q(unsigned char *sm, float *wq, int buf, const dsa_args &a, int i, int j)
