@@ -538,10 +538,17 @@ int nb_forward_dsa_live(const nb_model *m, const nb_batch *b)
     return 0;
 }
 
-static int g_long_ctx; /* nb_forward_force_long_ctx; 0: NIBBLE_MLA_LONG_CTX or NB_FWD_LONG_CTX */
+static int g_long_ctx; /* nb_forward_force_long_ctx; 0: NIBBLE_MLA_LONG_CTX or the default */
 
 void nb_forward_force_long_ctx(int positions) { g_long_ctx = positions > 0 ? positions : 0; }
 
+int nb_forward_long_ctx_default(int n_heads, int64_t n_tokens)
+{
+    /* from 3 tokens the kernel is wgmma whatever the hint: 512 there keeps graph classes as before */
+    return n_tokens == 2 || (n_tokens == 1 && n_heads >= 128) ? NB_FWD_LONG_CTX_WIDE : NB_FWD_LONG_CTX;
+}
+
+/* The forced threshold, else NIBBLE_MLA_LONG_CTX's, else 0 (the default by shape). */
 static int64_t long_ctx_threshold(void)
 {
     if (g_long_ctx) return g_long_ctx;
@@ -549,7 +556,7 @@ static int64_t long_ctx_threshold(void)
     if (env < 0) {
         const char *e = getenv("NIBBLE_MLA_LONG_CTX");
         const long v = e ? strtol(e, NULL, 10) : 0;
-        env = v >= 1 && v <= INT32_MAX ? (int)v : NB_FWD_LONG_CTX;
+        env = v >= 1 && v <= INT32_MAX ? (int)v : 0;
     }
     return env;
 }
@@ -558,7 +565,12 @@ int nb_forward_long_ctx(const nb_model *m, const nb_batch *b)
 {
     const nb_model_config *c = &m->cfg;
     if (c->attn != NB_ATTN_MLA) return 0;
-    const int64_t th = long_ctx_threshold();
+    int64_t th = long_ctx_threshold();
+    if (!th) {
+        int64_t n = 0;
+        for (int s = 0; s < b->n_seqs; s++) n += b->seqs[s].n_tokens;
+        th = nb_forward_long_ctx_default(c->num_heads, n);
+    }
     for (int s = 0; s < b->n_seqs; s++)
         if ((int64_t)b->seqs[s].start_pos + b->seqs[s].n_tokens >= th) return 1;
     return 0;

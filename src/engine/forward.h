@@ -136,14 +136,21 @@ typedef struct nb_fwd_index {
  * runs the weights flagged NB_WEIGHT_FEEDS_DSA at the backend's usual precision (ops.h). */
 int nb_forward_dsa_live(const nb_model *m, const nb_batch *b);
 
-/* 1 when some token of the batch attends to at least NB_FWD_LONG_CTX positions (its position
- * + 1; NIBBLE_MLA_LONG_CTX=N sets another threshold, nb_forward_force_long_ctx another still)
- * on an MLA model (GLM-5, DeepSeek-V3); 0 otherwise. The attention op's hint
- * (ops.h nb_attn_index.long_ctx): on BF16 pools the CUDA backend runs its float32 MLA kernel
- * for steps of 1-2 tokens over short contexts and its wgmma kernel over long ones
- * (docs/cuda-backend.md, "The automatic MLA kernel on BF16 pools"). */
+/* 1 when some token of the batch attends to at least nb_forward_long_ctx_default(its heads,
+ * the step's tokens) positions (its position + 1; NIBBLE_MLA_LONG_CTX=N sets one threshold for
+ * every shape, nb_forward_force_long_ctx another still) on an MLA model (GLM-5, DeepSeek-V3); 0
+ * otherwise. The attention op's hint (ops.h nb_attn_index.long_ctx): on BF16 pools the CUDA
+ * backend runs its float32 MLA kernel for steps of 1-2 tokens over short contexts and its
+ * wgmma kernel over long ones (docs/cuda-backend.md, "The automatic MLA kernel on BF16 pools"). */
 int nb_forward_long_ctx(const nb_model *m, const nb_batch *b);
+/* Where wgmma overtakes float32, measured on an H100 (bench/RESULTS.md, issue 9, "Twenty-fifth
+ * session"): float32's time steps up every 256 positions (two tokens, or 128 heads) or jumps past
+ * 512 (one token at 64 heads), while wgmma's grows slowly. Two tokens, or one at 128+ heads:
+ * NB_FWD_LONG_CTX_WIDE; one token at fewer heads, and 3+ tokens (wgmma whatever the hint; the
+ * threshold only keys graphs there): NB_FWD_LONG_CTX. */
 #define NB_FWD_LONG_CTX 512
+#define NB_FWD_LONG_CTX_WIDE 257
+int nb_forward_long_ctx_default(int n_heads, int64_t n_tokens);
 
 /* Tests: the threshold of nb_forward_long_ctx (positions >= 1), or <= 0 for the environment's
  * or the default. */

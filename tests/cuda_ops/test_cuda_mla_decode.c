@@ -282,7 +282,7 @@ static void batch_make(dec_batch *b, int B, int ctx)
     for (int64_t r = 0; r < rows; r++) table[r] = (int32_t)(perm[r / 64] * 64 + r % 64);
     /* the engine's hint for this context (forward.h nb_forward_long_ctx): the automatic choice is the model's */
     b->di = (nb_attn_index){B, tu_up(pos, (size_t)B * 4), tu_up(base, (size_t)B * 4), tu_up(table, (size_t)rows * 4),
-                            ctx >= NB_FWD_LONG_CTX, 0};
+                            ctx >= nb_forward_long_ctx_default(d.n_heads, B), 0};
     if (ld == rw) dpool = tu_up(pool, pn * 4);
     if (pool16 && ld == rw) dpool16 = tu_up(pool16, pn * 2);
     memset(&b->dl16, 0, sizeof b->dl16), memset(&b->dp16, 0, sizeof b->dp16);

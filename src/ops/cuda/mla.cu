@@ -838,8 +838,9 @@ extern "C" int nb_cuda_mla_kernel_for(nb_ops_ctx *ctx, const nb_mla_dims *d, int
      * (B 1: 38 against 61 us; B 32: 0.118 against 0.834 ms), at 512 even at B 2 (37 against 43)
      * and close at B 1 (33 against 31; the two cross near 640 by the slopes). So f32 keeps 1-2
      * tokens over short contexts, wg takes the rest: sparse steps and dense ones where a token
-     * attends to NB_FWD_LONG_CTX = 512 positions or more (the engine's hint, engine/forward.h;
-     * known when a graph is captured: cuda_runner.c keys graphs on it). */
+     * attends to 512 positions or more, 257 at 2 tokens or 128+ heads (the engine's hint,
+     * engine/forward.h nb_forward_long_ctx_default; known when a graph is captured: cuda_runner.c
+     * keys graphs on it). */
     if (pool_bf16 && tc == NB_CUDA_MLA_WG)
         return !long_ctx && n_tokens <= NB_CUDA_MLA_F32_MAX_TOKENS ? NB_CUDA_MLA_F32 : NB_CUDA_MLA_WG;
     if ((int64_t)n_tokens * ((d->n_heads + MLA_G - 1) / MLA_G) < nb_cuda_st(ctx)->sm_count) return NB_CUDA_MLA_F32;
