@@ -565,15 +565,13 @@ int nb_forward_long_ctx(const nb_model *m, const nb_batch *b)
 {
     const nb_model_config *c = &m->cfg;
     if (c->attn != NB_ATTN_MLA) return 0;
-    int64_t th = long_ctx_threshold();
-    if (!th) {
-        int64_t n = 0;
-        for (int s = 0; s < b->n_seqs; s++) n += b->seqs[s].n_tokens;
-        th = nb_forward_long_ctx_default(c->num_heads, n);
+    int64_t n = 0, longest = 0; /* the step's tokens, and the most positions a token attends to */
+    for (int s = 0; s < b->n_seqs; s++) {
+        n += b->seqs[s].n_tokens;
+        longest = NB_MAX(longest, (int64_t)b->seqs[s].start_pos + b->seqs[s].n_tokens);
     }
-    for (int s = 0; s < b->n_seqs; s++)
-        if ((int64_t)b->seqs[s].start_pos + b->seqs[s].n_tokens >= th) return 1;
-    return 0;
+    const int64_t th = long_ctx_threshold();
+    return longest >= (th ? th : nb_forward_long_ctx_default(c->num_heads, n));
 }
 
 void nb_forward_fill_index(const nb_batch *b, int32_t *ids, int32_t *pos, int32_t *sbase, int32_t *stab, int32_t *rows,
