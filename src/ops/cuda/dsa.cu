@@ -484,6 +484,17 @@ __device__ __forceinline__ int dsa_tile_next(const int32_t *pos, int i, int i1, 
     return i1;
 }
 
+// A prefill block's start: the blocks of position tile 0 write the tokens of [i0, i1) whose
+// context fits in topk whole; returns the first token with work at pb (i1 where none).
+// idx: the kernel's copy of a.idx (reading the parameter's instead changes the kernels' registers).
+__device__ __forceinline__ int dsa_tile_first(const dsa_args &a, const nb_attn_index &idx, int topk, int i0, int i1, int pb)
+{
+    if (blockIdx.x == 0)
+        for (int i = i0; i < i1; i++)
+            if (idx.pos[i] + 1 <= topk) dsa_write_all(a, i, idx.pos[i] + 1);
+    return dsa_tile_next(idx.pos, i0 - 1, i1, topk, pb);
+}
+
 // Token tok's query as this thread's share of the fragment entries (dsa_load_query's order),
 // raw, and its head weight (threads below the head count).
 __device__ __forceinline__ void dsa_tile_load(float2 *raw, float *wraw, const dsa_args &a, int tok)
@@ -521,10 +532,7 @@ __global__ void __launch_bounds__(32 * NB_DSA_WARPS, 1)
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5, topk = a.topk;
     const int i0 = t0 + (int)blockIdx.y * NB_DSA_TILE_T, i1 = min(i0 + NB_DSA_TILE_T, t1);
     const int pb = (int)blockIdx.x * NB_DSA_TILE_P, pw = pb + 16 * warp;
-    if (blockIdx.x == 0)
-        for (int i = i0; i < i1; i++)
-            if (idx.pos[i] + 1 <= topk) dsa_write_all(a, i, idx.pos[i] + 1);
-    int i = dsa_tile_next(idx.pos, i0 - 1, i1, topk, pb);
+    int i = dsa_tile_first(a, idx, topk, i0, i1, pb);
     if (i >= i1) return;
     /* the first query, split into buffer 0 */
     float2 raw[NB_DSA_TILE_RAW];
@@ -696,10 +704,7 @@ __global__ void __launch_bounds__(32 * NB_DSA_WARPS, 1)
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5, topk = a.topk;
     const int i0 = t0 + (int)blockIdx.y * NB_DSA_TILE_T, i1 = min(i0 + NB_DSA_TILE_T, t1);
     const int pb = (int)blockIdx.x * NB_DSA_TILE_P, pw = pb + 16 * warp;
-    if (blockIdx.x == 0)
-        for (int i = i0; i < i1; i++)
-            if (idx.pos[i] + 1 <= topk) dsa_write_all(a, i, idx.pos[i] + 1);
-    int i = dsa_tile_next(idx.pos, i0 - 1, i1, topk, pb);
+    int i = dsa_tile_first(a, idx, topk, i0, i1, pb);
     if (i >= i1) return;
     int j = dsa_wg_pair(idx, i, i1, topk, pb);
     dsa_wg_store_q(sm, wq, 0, a, i, j);
